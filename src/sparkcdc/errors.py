@@ -1,0 +1,49 @@
+"""Every error sparkcdc reports to a user, each with a stable code users can search for.
+
+A message says what is wrong and what to do about it. Codes follow TiCDC's naming
+(`CDC:ErrSinkURIInvalid` becomes `SPARKCDC:ErrSinkURIInvalid`).
+"""
+
+from __future__ import annotations
+
+
+class SparkCDCError(Exception):
+    """Base error. `code` is stable; `message` names the problem and the fix."""
+
+    code = "SPARKCDC:ErrInternal"
+    http_status = 500
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"[{self.code}] {self.message}"
+
+    def to_json(self) -> dict:
+        return {"error_code": self.code, "error_msg": self.message}
+
+
+def _define(name: str, http_status: int = 400) -> type[SparkCDCError]:
+    return type(name, (SparkCDCError,), {"code": f"SPARKCDC:{name}", "http_status": http_status})
+
+
+ErrSinkURIInvalid = _define("ErrSinkURIInvalid")
+ErrSinkUnknownProtocol = _define("ErrSinkUnknownProtocol")
+ErrSinkUnsupported = _define("ErrSinkUnsupported")
+ErrInvalidReplicaConfig = _define("ErrInvalidReplicaConfig")
+ErrChangefeedNotExists = _define("ErrChangefeedNotExists", 400)
+ErrChangefeedAlreadyExists = _define("ErrChangefeedAlreadyExists")
+ErrChangefeedInvalidID = _define("ErrChangefeedInvalidID")
+ErrChangefeedUpdateRefused = _define("ErrChangefeedUpdateRefused")
+ErrStartTsInvalid = _define("ErrStartTsInvalid")
+ErrTargetTsInvalid = _define("ErrTargetTsInvalid")
+ErrUpstreamURIInvalid = _define("ErrUpstreamURIInvalid")
+ErrUpstreamUnreachable = _define("ErrUpstreamUnreachable", 503)
+ErrUpstreamBinlogConfig = _define("ErrUpstreamBinlogConfig")
+ErrUpstreamPrivilege = _define("ErrUpstreamPrivilege")
+ErrBinlogUnsupportedEvent = _define("ErrBinlogUnsupportedEvent", 500)
+ErrBinlogPositionInvalid = _define("ErrBinlogPositionInvalid")
+ErrStorageIO = _define("ErrStorageIO", 500)
+ErrAPIInvalidParam = _define("ErrAPIInvalidParam")
+ErrServerUnreachable = _define("ErrServerUnreachable", 503)

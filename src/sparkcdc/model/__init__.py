@@ -1,0 +1,1 @@
+"""Plain data shared by every stage: commit-ts, binlog positions, table info, events."""

@@ -1,0 +1,146 @@
+"""Table info and change events: plain frozen dataclasses, usable without Spark.
+
+Row values travel between stages in one canonical text form, so codecs and sinks are
+pure functions of (TableInfo, event). `None` is SQL NULL; otherwise a value is a `str`:
+
+| column type                         | canonical text                                               |
+|-------------------------------------|--------------------------------------------------------------|
+| tinyint..bigint (signed/unsigned)   | decimal integer (`-5`, `18446744073709551615`)               |
+| decimal(p,s)                        | fixed point with exactly s fraction digits (`1.50`, `-0.001`)|
+| float                               | shortest text that round-trips as float32, no exponent       |
+| double                              | shortest text that round-trips as float64, no exponent       |
+| bit(n)                              | the unsigned integer value in decimal (`5` for b'101')       |
+| char/varchar/*text                  | the string                                                   |
+| binary/varbinary/*blob, geometry    | the bytes decoded as ISO-8859-1 (lossless; `.encode("latin-1")` restores them) |
+| date                                | `YYYY-MM-DD` (`0000-00-00` for the zero date)                |
+| datetime(fsp), timestamp(fsp)       | `YYYY-MM-DD HH:MM:SS` plus `.` and exactly fsp digits when fsp > 0; timestamps in UTC |
+| time(fsp)                           | `[-]HH:MM:SS` (hours up to 838) plus `.` and fsp digits      |
+| year                                | four digits (`2024`, `0000`)                                 |
+| enum                                | the element name (`''` for the invalid value 0)              |
+| set                                 | element names joined by `,` in definition order              |
+| json                                | the JSON text                                                |
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Optional
+
+Op = Literal["insert", "update", "delete"]
+Value = Optional[str]
+
+BINARY_CHARSET = "binary"
+
+# Base type names, as TiCDC's canal-json writes them in `mysqlType`.
+INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
+STRING_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
+BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
+TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time", "year"})
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """One column as the binlog's full row metadata describes it."""
+
+    name: str
+    mysql_type: str  # base name: int, varchar, decimal, datetime, enum, blob, ...
+    unsigned: bool = False
+    nullable: bool = True
+    is_primary_key: bool = False
+    charset: Optional[str] = None  # "binary" for binary strings; None where not a string
+    length: Optional[int] = None  # characters for char/varchar/binary/varbinary, bits for bit
+    precision: Optional[int] = None  # decimal precision
+    scale: Optional[int] = None  # decimal scale, or fractional seconds precision (fsp)
+    elements: tuple[str, ...] = ()  # enum/set members in definition order
+    generated: bool = False
+
+    @property
+    def is_binary(self) -> bool:
+        return self.mysql_type in BINARY_TYPES or (
+            self.charset == BINARY_CHARSET and self.mysql_type in ("char", "varchar")
+        )
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A table's columns at one version. `version` is the commit-ts it took effect at."""
+
+    schema: str
+    table: str
+    table_id: int
+    columns: tuple[ColumnInfo, ...]
+    version: int
+    # Columns of the handle key: the PK, else the first UK whose columns are all NOT NULL.
+    handle_key: tuple[str, ...] = ()
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+    @property
+    def primary_key(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns if c.is_primary_key)
+
+    @property
+    def has_valid_index(self) -> bool:
+        return bool(self.handle_key)
+
+    def column(self, name: str) -> ColumnInfo:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "TableInfo":
+        raw = json.loads(text)
+        columns = tuple(
+            ColumnInfo(**{**c, "elements": tuple(c.get("elements", ()))}) for c in raw["columns"]
+        )
+        return cls(
+            schema=raw["schema"],
+            table=raw["table"],
+            table_id=raw["table_id"],
+            columns=columns,
+            version=raw["version"],
+            handle_key=tuple(raw.get("handle_key", ())),
+        )
+
+    def with_version(self, version: int) -> "TableInfo":
+        return TableInfo(self.schema, self.table, self.table_id, self.columns, version, self.handle_key)
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """One row change. `before`/`after` hold canonical values in `TableInfo.columns` order."""
+
+    commit_ts: int
+    schema: str
+    table: str
+    op: Op
+    before: Optional[tuple[Value, ...]] = None  # delete and update
+    after: Optional[tuple[Value, ...]] = None  # insert and update
+    seq: int = 0  # position of the row within its transaction
+
+    def __post_init__(self):
+        needs = {"insert": (False, True), "update": (True, True), "delete": (True, False)}[self.op]
+        if (self.before is not None, self.after is not None) != needs:
+            raise ValueError(f"{self.op} row needs before={needs[0]} after={needs[1]}")
+
+
+@dataclass(frozen=True)
+class DDLEvent:
+    """A schema change at `commit_ts`. `table` is empty for database-level DDL."""
+
+    commit_ts: int
+    schema: str
+    table: str
+    query: str
+    ddl_type: str  # TiCDC's action name: "create table", "add column", "drop database", ...
+    table_info: Optional[TableInfo] = None  # the table after the DDL (None if dropped/db-level)
+    pre_table_info: Optional[TableInfo] = None
+    extra: dict = field(default_factory=dict)
