@@ -1,0 +1,1 @@
+"""Helpers that start real services for tests and demos."""

@@ -1,0 +1,233 @@
+"""A private MariaDB server for tests and demos: own datadir, socket and port, binlog in ROW/FULL.
+
+`MariaDBServer(dir).start()` takes a few seconds; `python -m sparkcdc.testing.mariadb start --dir D`
+leaves one running for a demo and prints its URI, `stop --dir D` ends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Optional
+
+import pymysql
+
+DEFAULT_CONFIG: dict[str, str] = {
+    "server-id": "1",
+    "log-bin": "mysql-bin",
+    "binlog_format": "ROW",
+    "binlog_row_image": "FULL",
+    "binlog_row_metadata": "FULL",
+    "innodb_flush_log_at_trx_commit": "2",
+    "sync_binlog": "0",
+    "skip-name-resolve": "",
+    "innodb_buffer_pool_size": "64M",
+    "innodb_log_file_size": "16M",
+    "character-set-server": "utf8mb4",
+    "collation-server": "utf8mb4_general_ci",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _find_binary(name: str) -> str:
+    for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
+        if candidate and os.path.exists(candidate):
+            return candidate
+    raise RuntimeError(f"{name} not found; install the Debian mariadb-server package")
+
+
+class MariaDBServer:
+    """One mariadbd process under `base_dir` (datadir, socket, pid file, config, log)."""
+
+    def __init__(self, base_dir: str, port: Optional[int] = None, extra_config: Optional[dict[str, str]] = None):
+        self.base_dir = os.path.abspath(base_dir)
+        self._port = port
+        self.extra_config = dict(extra_config or {})
+        self._process: Optional[subprocess.Popen] = None
+
+    # paths
+    @property
+    def datadir(self) -> str:
+        return os.path.join(self.base_dir, "data")
+
+    @property
+    def socket_path(self) -> str:
+        return os.path.join(self.base_dir, "mysqld.sock")
+
+    @property
+    def pid_file(self) -> str:
+        return os.path.join(self.base_dir, "mysqld.pid")
+
+    @property
+    def config_file(self) -> str:
+        return os.path.join(self.base_dir, "my.cnf")
+
+    @property
+    def log_file(self) -> str:
+        return os.path.join(self.base_dir, "mysqld.log")
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError("server not started")
+        return self._port
+
+    @property
+    def uri(self) -> str:
+        return f"mysql://root@127.0.0.1:{self.port}/"
+
+    def _write_config(self) -> None:
+        settings = dict(DEFAULT_CONFIG)
+        settings.update(
+            {
+                "datadir": self.datadir,
+                "socket": self.socket_path,
+                "pid-file": self.pid_file,
+                "port": str(self._port),
+                "bind-address": "127.0.0.1",
+                "log-error": self.log_file,
+                "tmpdir": self.base_dir,
+            }
+        )
+        if os.geteuid() == 0:
+            settings["user"] = "root"
+        settings.update(self.extra_config)
+        lines = ["[mariadbd]"]
+        for key, value in settings.items():
+            lines.append(key if value == "" else f"{key}={value}")
+        with open(self.config_file, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def start(self, timeout: float = 60.0) -> "MariaDBServer":
+        os.makedirs(self.base_dir, exist_ok=True)
+        if self._port is None:
+            self._port = free_port()
+        self._write_config()
+        if not os.path.isdir(os.path.join(self.datadir, "mysql")):
+            subprocess.run(
+                [
+                    _find_binary("mariadb-install-db"),
+                    f"--defaults-file={self.config_file}",
+                    "--user=root",
+                    f"--datadir={self.datadir}",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+        log = open(os.path.join(self.base_dir, "mysqld.stdout"), "ab")
+        self._process = subprocess.Popen(
+            [_find_binary("mariadbd"), f"--defaults-file={self.config_file}"],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"mariadbd exited with {self._process.returncode}; see {self.log_file}")
+            try:
+                conn = self.connect()
+                with conn.cursor() as cur:
+                    cur.execute("select 1")
+                conn.close()
+                return self
+            except pymysql.err.OperationalError:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"mariadbd did not answer within {timeout}s; see {self.log_file}")
+                time.sleep(0.05)
+
+    def connect(self, database: Optional[str] = None, autocommit: bool = True) -> pymysql.connections.Connection:
+        return pymysql.connect(
+            host="127.0.0.1",
+            port=self.port,
+            user="root",
+            password="",
+            database=database,
+            autocommit=autocommit,
+            charset="utf8mb4",
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        pid = self._process.pid if self._process is not None else _read_pid(self.pid_file)
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process is not None:
+                if self._process.poll() is not None:
+                    break
+            elif not _alive(pid):
+                break
+            time.sleep(0.05)
+        else:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if self._process is not None:
+            self._process.wait(timeout=5)
+        self._process = None
+
+    def __enter__(self) -> "MariaDBServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _read_pid(path: str) -> Optional[int]:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m sparkcdc.testing.mariadb")
+    sub = parser.add_subparsers(dest="command", required=True)
+    start = sub.add_parser("start", help="start a server under --dir and leave it running")
+    start.add_argument("--dir", required=True)
+    start.add_argument("--port", type=int, default=None)
+    stop = sub.add_parser("stop", help="stop the server under --dir")
+    stop.add_argument("--dir", required=True)
+    args = parser.parse_args(argv)
+    server = MariaDBServer(args.dir, port=getattr(args, "port", None))
+    if args.command == "start":
+        server.start()
+        print(server.uri)
+        return 0
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

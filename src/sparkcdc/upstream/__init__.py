@@ -1,0 +1,1 @@
+"""The upstream MySQL/MariaDB: connection, preflight checks, binlog puller and range reader."""

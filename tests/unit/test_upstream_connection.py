@@ -1,0 +1,24 @@
+import pickle
+
+import pytest
+
+from sparkcdc.errors import ErrUpstreamURIInvalid
+from sparkcdc.upstream.connection import UpstreamConfig
+
+
+def test_from_uri_parses_and_masks():
+    cfg = UpstreamConfig.from_uri("mysql://cdc:p%40ss@db.example:3307/")
+    assert cfg == UpstreamConfig("db.example", 3307, "cdc", "p@ss")
+    assert cfg.masked_uri() == "mysql://cdc:xxxxx@db.example:3307/"
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert cfg.connection_settings()["passwd"] == "p@ss"
+
+
+def test_from_uri_defaults():
+    assert UpstreamConfig.from_uri("mysql://root@127.0.0.1/") == UpstreamConfig("127.0.0.1", 3306, "root", "")
+
+
+@pytest.mark.parametrize("uri", ["kafka://h:1/", "mysql:///", "mysql://root@/"])
+def test_from_uri_rejects(uri):
+    with pytest.raises(ErrUpstreamURIInvalid):
+        UpstreamConfig.from_uri(uri)
