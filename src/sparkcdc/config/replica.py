@@ -70,3 +70,271 @@ class ReplicaConfig:
     changefeed_error_stuck_duration: str = "30m"
     filter: FilterConfig = field(default_factory=FilterConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing and validation: TiCDC's changefeed TOML (kebab-case keys) and the Open API's
+# replica_config JSON (snake_case keys) both land here, so there is one set of rules.
+# ---------------------------------------------------------------------------------------------
+
+import dataclasses as _dataclasses
+import re as _re
+import tomllib as _tomllib
+import typing as _typing
+from typing import Any as _Any
+
+from sparkcdc import errors as _errors
+
+SINK_PROTOCOLS = (
+    "canal-json", "open-protocol", "avro", "debezium", "simple", "csv", "maxwell", "craft", "canal",
+)
+
+# Allowed values of string fields with a closed set, keyed by (dataclass, field).
+_CHOICES: dict[tuple[type, str], tuple[str, ...]] = {}
+# Inclusive numeric ranges, keyed the same way.
+_RANGES: dict[tuple[type, str], tuple[int, int]] = {}
+# Go-duration fields and their inclusive bounds in seconds (None = unbounded).
+_DURATIONS: dict[tuple[type, str], tuple[float | None, float | None]] = {}
+
+# TiCDC keys we know but do not implement yet: accepted only when the value equals TiCDC's
+# default, so a config written for TiCDC never silently changes meaning here. A nested dict
+# is a section; `_NO_DEFAULT` means any value is refused.
+_NO_DEFAULT = object()
+_UNSUPPORTED: dict[type, dict[str, _Any]] = {}
+
+
+def _init_rules() -> None:
+    _CHOICES[(SinkConfig, "protocol")] = ("",) + SINK_PROTOCOLS
+    _CHOICES[(SinkConfig, "transaction_atomicity")] = ("", "none", "table")
+    _CHOICES[(SinkConfig, "date_separator")] = ("none", "year", "month", "day")
+    _CHOICES[(CSVConfig, "binary_encoding_method")] = ("base64", "hex")
+    _RANGES[(SinkConfig, "file_index_digit")] = (6, 20)
+    _RANGES[(ReplicaConfig, "memory_quota")] = (1, 2**63 - 1)
+    _RANGES[(CloudStorageConfig, "worker_count")] = (1, 512)
+    _RANGES[(CloudStorageConfig, "file_size")] = (1 << 20, 512 << 20)
+    _RANGES[(CloudStorageConfig, "flush_concurrency")] = (1, 512)
+    _RANGES[(CloudStorageConfig, "file_expiration_days")] = (0, 2**31 - 1)
+    _DURATIONS[(ReplicaConfig, "sync_point_interval")] = (30, None)
+    _DURATIONS[(ReplicaConfig, "sync_point_retention")] = (3600, None)
+    _DURATIONS[(ReplicaConfig, "changefeed_error_stuck_duration")] = (1800, None)
+    _DURATIONS[(CloudStorageConfig, "flush_interval")] = (2, 600)
+    _UNSUPPORTED[ReplicaConfig] = {
+        "bdr_mode": False,
+        "enable_table_monitor": False,
+        "sql_mode": _NO_DEFAULT,
+        "mounter": {"worker_num": 16},
+        "scheduler": {"enable_table_across_nodes": False, "region_threshold": 100000,
+                      "write_key_threshold": 0},
+        "integrity": {"integrity_check_level": "none", "corruption_handle_level": "warn"},
+        "synced_status": {"synced_check_interval": 300, "checkpoint_interval": 15},
+        "consistent": {"level": "none", "max_log_size": 64, "flush_interval": 2000,
+                       "meta_flush_interval": 200, "encoding_worker_num": 16,
+                       "flush_worker_num": 8, "storage": "", "use_file_backend": False,
+                       "compression": "", "flush_concurrency": 1,
+                       "memory_usage": {"memory_quota_percentage": 50}},
+    }
+    _UNSUPPORTED[FilterConfig] = {"event_filters": []}
+    _UNSUPPORTED[SinkConfig] = {
+        "dispatchers": [],
+        "column_selectors": [],
+        "schema_registry": "",
+        "encoder_concurrency": 32,
+        "enable_kafka_sink_v2": False,
+        "advance_timeout_in_sec": 150,
+        "send_bootstrap_interval_in_sec": 120,
+        "send_bootstrap_in_msg_count": 10000,
+        "send_bootstrap_to_all_partition": True,
+        "send_all_bootstrap_at_start": False,
+        "debezium_disable_schema": False,
+        "open": {"output_old_value": True},
+        "debezium": {"output_old_value": True},
+        "kafka_config": {},
+        "pulsar_config": {},
+        "mysql_config": {},
+    }
+
+
+_init_rules()
+
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = _re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def parse_go_duration(text: str) -> float:
+    """Seconds in a Go duration string such as `5s`, `1m30s`, `10m`; ValueError if malformed."""
+    if text == "0":
+        return 0.0
+    position, total = 0, 0.0
+    for match in _DURATION_PART.finditer(text):
+        if match.start() != position:
+            break
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        position = match.end()
+    if position != len(text) or not text:
+        raise ValueError(f"invalid duration {text!r}")
+    return total
+
+
+class _KeyStyle:
+    """How a field name is spelled in the input: kebab-case for TOML, snake_case for JSON."""
+
+    def __init__(self, separator: str):
+        self.separator = separator
+
+    def spell(self, field_name: str) -> str:
+        return field_name.replace("_", self.separator)
+
+    def field_name(self, key: str) -> str:
+        return key.replace(self.separator, "_")
+
+
+_TOML = _KeyStyle("-")
+_JSON = _KeyStyle("_")
+
+
+def _invalid(message: str) -> _errors.SparkCDCError:
+    return _errors.ErrInvalidReplicaConfig(message)
+
+
+def _type_name(value: _Any) -> str:
+    return {bool: "boolean", int: "integer", str: "string", list: "array", dict: "table",
+            float: "float"}.get(type(value), type(value).__name__)
+
+
+_A_TYPE = {bool: "a boolean", int: "an integer", str: "a string"}
+
+
+def _check_scalar(expected: _Any, value: _Any, path: str) -> _Any:
+    origin = _typing.get_origin(expected)
+    if origin is list:
+        (item_type,) = _typing.get_args(expected)
+        if not isinstance(value, list):
+            raise _invalid(f"`{path}` must be an array of {item_type.__name__}, got {_type_name(value)}")
+        return [_check_scalar(item_type, item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, expected)
+    if not ok:
+        raise _invalid(f"`{path}` must be {_A_TYPE[expected]}, got {_type_name(value)} {value!r}")
+    return value
+
+
+def _check_rules(cls: type, name: str, value: _Any, path: str) -> None:
+    choices = _CHOICES.get((cls, name))
+    if choices is not None and value not in choices:
+        shown = ", ".join(repr(c) if c == "" else c for c in choices)
+        raise _invalid(f"`{path}` is {value!r}; allowed values: {shown}")
+    bounds = _RANGES.get((cls, name))
+    if bounds is not None and not bounds[0] <= value <= bounds[1]:
+        raise _invalid(f"`{path}` is {value}; it must be between {bounds[0]} and {bounds[1]}")
+    duration_bounds = _DURATIONS.get((cls, name))
+    if duration_bounds is not None:
+        try:
+            seconds = parse_go_duration(value)
+        except ValueError:
+            raise _invalid(f"`{path}` is {value!r}; it must be a duration such as \"5s\", \"10m\", \"1h\"") from None
+        low, high = duration_bounds
+        if (low is not None and seconds < low) or (high is not None and seconds > high):
+            limits = []
+            if low is not None:
+                limits.append(f"at least {_format_seconds(low)}")
+            if high is not None:
+                limits.append(f"at most {_format_seconds(high)}")
+            raise _invalid(f"`{path}` is {value!r}; it must be {' and '.join(limits)}")
+
+
+def _format_seconds(seconds: float) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{seconds:g}s"
+
+
+def _check_unsupported(default: _Any, value: _Any, path: str, style: _KeyStyle) -> None:
+    """Accept a TiCDC key we do not implement only when it says what TiCDC's default says."""
+    if isinstance(default, dict) and isinstance(value, dict):
+        for key, item in value.items():
+            name = style.field_name(key)
+            child = f"{path}.{key}"
+            if name not in default:
+                raise _invalid(f"`{child}` is not supported yet by sparkcdc (TiCDC's [{path}] is "
+                               f"accepted only with its default values); remove it")
+            _check_unsupported(default[name], item, child, style)
+        return
+    if default is _NO_DEFAULT or value != default or type(value) is not type(default):
+        shown = "" if default is _NO_DEFAULT else f" (only TiCDC's default {default!r} is accepted)"
+        raise _invalid(f"`{path}` is not supported yet by sparkcdc{shown}; remove it")
+
+
+def _build(cls: type, data: _Any, path: str, style: _KeyStyle):
+    where = f"[{path}]" if path else "the top level"
+    if not isinstance(data, dict):
+        raise _invalid(f"`{path}` must be a table, got {_type_name(data)}")
+    hints = _typing.get_type_hints(cls)
+    fields = {f.name: f for f in _dataclasses.fields(cls)}
+    unsupported = _UNSUPPORTED.get(cls, {})
+    values: dict[str, _Any] = {}
+    for key, value in data.items():
+        full_key = f"{path}.{key}" if path else key
+        name = style.field_name(key)
+        if style is _TOML and "_" in key:
+            name = None  # TiCDC's TOML spells keys with '-'; a '_' key is a typo there
+        if value is None and style is _JSON:
+            continue  # JSON null: not set, as TiCDC's pointer fields treat it
+        if name in fields:
+            expected = hints[name]
+            if _dataclasses.is_dataclass(expected):
+                values[name] = _build(expected, value, full_key, style)
+            else:
+                values[name] = _check_scalar(expected, value, full_key)
+                _check_rules(cls, name, values[name], full_key)
+        elif name in unsupported:
+            _check_unsupported(unsupported[name], value, full_key, style)
+        else:
+            valid = sorted(style.spell(n) for n in list(fields) + list(unsupported))
+            raise _invalid(f"unknown key `{full_key}` in {where}; valid keys: {', '.join(valid)}")
+    return cls(**values)
+
+
+def _validate_whole(config: ReplicaConfig) -> None:
+    """Rules that relate several keys (TiCDC's ReplicaConfig.ValidateAndAdjust, the parts we run)."""
+    csv = config.sink.csv
+    prefix = "sink.csv."
+    if not 1 <= len(csv.delimiter) <= 3:
+        raise _invalid(f"`{prefix}delimiter` is {csv.delimiter!r}; it must be 1 to 3 characters long")
+    if any(ch in csv.delimiter for ch in "\r\n"):
+        raise _invalid(f"`{prefix}delimiter` must not contain CR or LF")
+    if len(csv.quote) > 1:
+        raise _invalid(f"`{prefix}quote` is {csv.quote!r}; it must be empty or one character")
+    if csv.quote and csv.quote in csv.delimiter:
+        raise _invalid(f"`{prefix}delimiter` {csv.delimiter!r} must not contain the quote character {csv.quote!r}")
+    if any(ch in csv.quote for ch in "\r\n"):
+        raise _invalid(f"`{prefix}quote` must not contain CR or LF")
+    if config.sink.terminator not in ("\r\n", "\n", "\r", ""):
+        raise _invalid(f"`sink.terminator` is {config.sink.terminator!r}; allowed values: \"\\r\\n\", \"\\n\", \"\\r\"")
+
+
+def parse_replica_config(toml_text: str) -> ReplicaConfig:
+    """Parse TiCDC's changefeed TOML; raises ErrInvalidReplicaConfig naming the key at fault."""
+    try:
+        data = _tomllib.loads(toml_text)
+    except _tomllib.TOMLDecodeError as exc:
+        raise _invalid(f"the changefeed config is not valid TOML: {exc}") from None
+    config = _build(ReplicaConfig, data, "", _TOML)
+    _validate_whole(config)
+    return config
+
+
+def replica_config_to_dict(config: ReplicaConfig) -> dict:
+    """The Open API's replica_config JSON (snake_case keys)."""
+    return _dataclasses.asdict(config)
+
+
+def replica_config_from_dict(data: dict) -> ReplicaConfig:
+    """Inverse of replica_config_to_dict; missing keys take TiCDC's defaults, unknown keys fail."""
+    config = _build(ReplicaConfig, data if data is not None else {}, "", _JSON)
+    _validate_whole(config)
+    return config
