@@ -1,0 +1,93 @@
+"""A small Open API v2 client (urllib) for the CLI; errors come back as SparkCDCError."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from sparkcdc import errors
+
+
+class RemoteError(errors.SparkCDCError):
+    """An error the server reported; keeps the server's code and HTTP status."""
+
+    def __init__(self, code: str, message: str, http_status: int):
+        super().__init__(message)
+        self.code = code
+        self.http_status = http_status
+
+
+class APIClient:
+    def __init__(self, server: str, timeout: float = 30.0):
+        server = server.rstrip("/")
+        if "://" not in server:
+            server = "http://" + server
+        self.server = server
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
+        params = {k: v for k, v in (query or {}).items() if v is not None}
+        url = self.server + path + (("?" + urlencode(params)) if params else "")
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method)
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                payload = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise _remote_error(exc.code, exc.read()) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise errors.ErrServerUnreachable(
+                f"cannot reach the sparkcdc server at {self.server} ({reason}); is `sparkcdc server` "
+                f"running there? Pass its address with --server") from None
+        return json.loads(payload) if payload else {}
+
+    # -- the routes the CLI uses ---------------------------------------------------------------
+    def create_changefeed(self, body: dict, namespace: str) -> dict:
+        return self.request("POST", "/api/v2/changefeeds", body, {"namespace": namespace})
+
+    def list_changefeeds(self, state: str = "", namespace: str | None = None) -> dict:
+        return self.request("GET", "/api/v2/changefeeds", query={"state": state or None, "namespace": namespace})
+
+    def get_changefeed(self, changefeed_id: str, namespace: str) -> dict:
+        return self.request("GET", _cf(changefeed_id), query={"namespace": namespace})
+
+    def changefeed_status(self, changefeed_id: str, namespace: str) -> dict:
+        return self.request("GET", _cf(changefeed_id) + "/status", query={"namespace": namespace})
+
+    def update_changefeed(self, changefeed_id: str, body: dict, namespace: str) -> dict:
+        return self.request("PUT", _cf(changefeed_id), body, {"namespace": namespace})
+
+    def delete_changefeed(self, changefeed_id: str, namespace: str) -> dict:
+        return self.request("DELETE", _cf(changefeed_id), query={"namespace": namespace})
+
+    def pause_changefeed(self, changefeed_id: str, namespace: str) -> dict:
+        return self.request("POST", _cf(changefeed_id) + "/pause", {}, {"namespace": namespace})
+
+    def resume_changefeed(self, changefeed_id: str, overwrite_checkpoint_ts: int, namespace: str) -> dict:
+        return self.request("POST", _cf(changefeed_id) + "/resume",
+                            {"overwrite_checkpoint_ts": overwrite_checkpoint_ts}, {"namespace": namespace})
+
+    def list_captures(self) -> dict:
+        return self.request("GET", "/api/v2/captures")
+
+    def query_tso(self) -> dict:
+        return self.request("POST", "/api/v2/tso", {})
+
+
+def _cf(changefeed_id: str) -> str:
+    return "/api/v2/changefeeds/" + quote(changefeed_id, safe="")
+
+
+def _remote_error(status: int, payload: bytes) -> errors.SparkCDCError:
+    try:
+        document = json.loads(payload)
+        return RemoteError(document["error_code"], document["error_msg"], status)
+    except (ValueError, KeyError, TypeError):
+        text = payload.decode(errors="replace")[:500]
+        return RemoteError("SPARKCDC:ErrInternal", f"server answered HTTP {status}: {text}", status)

@@ -1,0 +1,473 @@
+"""TiCDC's Open API v2 (the paths and JSON shapes of tiflow cdc/api/v2) on a stdlib HTTP server.
+
+The API keeps changefeed metadata in the MetaStore and asks a ChangefeedController (the
+capture, or a fake in tests) to validate, start and stop changefeeds; it runs nothing itself.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import threading
+import uuid
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Protocol
+from urllib.parse import parse_qs, urlsplit
+
+import sparkcdc
+from sparkcdc import errors
+from sparkcdc.config.replica import ReplicaConfig, replica_config_from_dict, replica_config_to_dict
+from sparkcdc.config.sink_uri import mask_sink_uri
+from sparkcdc.model import tso
+from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
+
+log = logging.getLogger(__name__)
+
+CHANGEFEED_ID_PATTERN = re.compile(r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$")
+DEFAULT_NAMESPACE = "default"
+MAX_BODY_BYTES = 16 << 20
+
+# TiCDC's model.AdminJobType as the API reports it.
+_ADMIN_JOB_NONE, _ADMIN_JOB_STOP = 0, 1
+
+# Fields of TiCDC's v2 ChangefeedConfig that only make sense with a TiDB/PD upstream: accepted
+# when empty (TiCDC's own clients send them), refused otherwise.
+_PD_ONLY_FIELDS = ("pd_addrs", "ca_path", "cert_path", "key_path", "cert_allowed_cn")
+
+
+class ChangefeedController(Protocol):
+    """What the API needs from the owner; implemented by sparkcdc.server.capture."""
+
+    def validate(self, sink_uri: str, config: ReplicaConfig) -> None: ...
+    def resolve_start_ts(self, start_ts: int | str) -> int: ...
+    def current_tso(self) -> int: ...
+    def start(self, info: ChangefeedInfo) -> None: ...
+    def stop(self, namespace: str, id: str) -> None: ...
+    def capture_info(self) -> dict: ...
+
+
+class _Request:
+    def __init__(self, method: str, path: str, query: dict[str, list[str]], body: bytes):
+        self.method = method
+        self.path = path
+        self.query = query
+        self.body = body
+
+    def param(self, name: str, default: str | None = None) -> str | None:
+        values = self.query.get(name)
+        return values[-1] if values else default
+
+    @property
+    def namespace(self) -> str:
+        return self.param("namespace") or DEFAULT_NAMESPACE
+
+    def json(self, allowed: tuple[str, ...], required: bool = False) -> dict:
+        """The body as a JSON object with only `allowed` keys; empty body is `{}` unless required."""
+        if not self.body.strip():
+            if required:
+                raise errors.ErrAPIInvalidParam("the request needs a JSON body")
+            return {}
+        try:
+            document = json.loads(self.body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise errors.ErrAPIInvalidParam(f"the request body is not valid JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise errors.ErrAPIInvalidParam("the request body must be a JSON object")
+        unknown = sorted(set(document) - set(allowed))
+        if unknown:
+            raise errors.ErrAPIInvalidParam(
+                f"unknown field(s) {', '.join(unknown)} in the request body; valid fields: {', '.join(allowed)}")
+        return document
+
+
+class _Response:
+    def __init__(self, status: int, body: Any):
+        self.status = status
+        self.body = body
+
+
+def _ok(body: Any = None) -> _Response:
+    return _Response(200, {} if body is None else body)
+
+
+def _int_field(document: dict, name: str, default: int = 0) -> int:
+    value = document.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise errors.ErrAPIInvalidParam(f"`{name}` must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _str_field(document: dict, name: str, default: str = "") -> str:
+    value = document.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise errors.ErrAPIInvalidParam(f"`{name}` must be a string, got {value!r}")
+    return value
+
+
+def _now_iso() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class OpenAPI:
+    """The route handlers; transport-free so the HTTP layer stays a thin shell."""
+
+    def __init__(self, store: MetaStore, controller: ChangefeedController):
+        self.store = store
+        self.controller = controller
+        # Serialises state transitions of changefeeds (create/pause/resume/update/remove).
+        self._lock = threading.Lock()
+        self._routes: list[tuple[str, re.Pattern, Callable[..., _Response]]] = []
+        cf = r"/api/v2/changefeeds/(?P<changefeed_id>[^/]+)"
+        for method, pattern, handler in [
+            ("GET", r"/api/v2/health", self.health),
+            ("GET", r"/api/v2/status", self.status),
+            ("POST", r"/api/v2/changefeeds", self.create_changefeed),
+            ("GET", r"/api/v2/changefeeds", self.list_changefeeds),
+            ("GET", cf, self.get_changefeed),
+            ("PUT", cf, self.update_changefeed),
+            ("DELETE", cf, self.delete_changefeed),
+            ("GET", cf + r"/status", self.changefeed_status),
+            ("POST", cf + r"/pause", self.pause_changefeed),
+            ("POST", cf + r"/resume", self.resume_changefeed),
+            ("GET", r"/api/v2/captures", self.list_captures),
+            ("POST", r"/api/v2/tso", self.query_tso),
+        ]:
+            self._routes.append((method, re.compile(pattern.rstrip("/") + r"/?$"), handler))
+
+    def dispatch(self, request: _Request) -> _Response:
+        try:
+            path_matched = False
+            for method, pattern, handler in self._routes:
+                match = pattern.match(request.path)
+                if match is None:
+                    continue
+                path_matched = True
+                if method == request.method:
+                    return handler(request, **match.groupdict())
+            if path_matched:
+                return _error_response(405, "SPARKCDC:ErrAPIMethodNotAllowed",
+                                       f"{request.method} is not allowed on {request.path}")
+            return _error_response(404, "SPARKCDC:ErrAPINotFound", f"no API route {request.path}")
+        except errors.SparkCDCError as exc:
+            return _Response(exc.http_status, exc.to_json())
+        except Exception as exc:  # a bug must not kill the server; say what happened
+            log.exception("API handler failed on %s %s", request.method, request.path)
+            return _error_response(500, errors.SparkCDCError.code, f"internal error: {exc}")
+
+    # -- server ------------------------------------------------------------------------------
+    def health(self, request: _Request) -> _Response:
+        return _ok()
+
+    def status(self, request: _Request) -> _Response:
+        capture = self.controller.capture_info()
+        return _ok({
+            "version": sparkcdc_version(),
+            "git_hash": "",
+            "id": capture.get("id", ""),
+            "cluster_id": capture.get("cluster_id", "default"),
+            "pid": os.getpid(),
+            "is_owner": True,
+            "liveness": 0,
+        })
+
+    def list_captures(self, request: _Request) -> _Response:
+        capture = self.controller.capture_info()
+        item = {"id": capture.get("id", ""), "is_owner": True, "address": capture.get("address", ""),
+                "cluster_id": capture.get("cluster_id", "default")}
+        return _ok({"total": 1, "items": [item]})
+
+    def query_tso(self, request: _Request) -> _Response:
+        request.json(allowed=("pd_addrs", "ca_path", "cert_path", "key_path", "cert_allowed_cn"))
+        current = self.controller.current_tso()
+        return _ok({"timestamp": tso.physical_ms(current), "logic_time": tso.logical(current)})
+
+    # -- changefeeds -------------------------------------------------------------------------
+    def create_changefeed(self, request: _Request) -> _Response:
+        body = request.json(required=True, allowed=(
+            "namespace", "changefeed_id", "start_ts", "target_ts", "sink_uri", "replica_config",
+        ) + _PD_ONLY_FIELDS)
+        _refuse_pd_fields(body)
+        namespace = _str_field(body, "namespace") or request.namespace
+        changefeed_id = _str_field(body, "changefeed_id") or str(uuid.uuid4())
+        _check_changefeed_id(changefeed_id)
+        sink_uri = _str_field(body, "sink_uri")
+        if not sink_uri:
+            raise errors.ErrSinkURIInvalid("`sink_uri` is required, e.g. file:///tmp/cdc?protocol=canal-json")
+        config = _replica_config(body.get("replica_config"))
+        target_ts = _int_field(body, "target_ts")
+        with self._lock:
+            if any(info.id == changefeed_id for info in self.store.list_changefeeds(namespace)):
+                raise errors.ErrChangefeedAlreadyExists(
+                    f"changefeed {namespace}/{changefeed_id} already exists; pick another id or remove it first")
+            self.controller.validate(sink_uri, config)
+            start_ts = self.controller.resolve_start_ts(_start_ts_field(body.get("start_ts", 0)))
+            if target_ts and target_ts <= start_ts:
+                raise errors.ErrTargetTsInvalid(
+                    f"target_ts {target_ts} must be larger than start_ts {start_ts}")
+            info = ChangefeedInfo(
+                namespace=namespace, id=changefeed_id, upstream_id=0, sink_uri=sink_uri,
+                create_time=_now_iso(), start_ts=start_ts, target_ts=target_ts, state="normal",
+                error=None, config=replica_config_to_dict(config), creator_version=sparkcdc_version())
+            self.store.create_changefeed(info, ChangefeedStatus(checkpoint_ts=start_ts, resolved_ts=start_ts))
+            try:
+                self.controller.start(info)
+            except BaseException:
+                # Nothing runs, so nothing should be recorded: the user can fix and retry the same id.
+                self.store.delete_changefeed(namespace, changefeed_id)
+                raise
+        return _ok(self._info_json(info))
+
+    def list_changefeeds(self, request: _Request) -> _Response:
+        state = request.param("state", "") or ""
+        namespace = request.param("namespace")
+        items = []
+        for info in self.store.list_changefeeds(namespace):
+            if not _state_wanted(info.state, state):
+                continue
+            status = self.store.get_status(info.namespace, info.id)
+            items.append({
+                "upstream_id": info.upstream_id,
+                "namespace": info.namespace,
+                "id": info.id,
+                "state": info.state,
+                "checkpoint_tso": status.checkpoint_ts,
+                "checkpoint_time": tso.format_time(status.checkpoint_ts),
+                "error": info.error,
+            })
+        return _ok({"total": len(items), "items": items})
+
+    def get_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
+        info = self.store.get_changefeed(request.namespace, changefeed_id)
+        return _ok(self._info_json(info))
+
+    def changefeed_status(self, request: _Request, changefeed_id: str) -> _Response:
+        info = self.store.get_changefeed(request.namespace, changefeed_id)
+        status = self.store.get_status(request.namespace, changefeed_id)
+        return _ok({
+            "state": info.state,
+            "resolved_ts": status.resolved_ts,
+            "checkpoint_ts": status.checkpoint_ts,
+            "last_error": info.error if info.state != "warning" else None,
+            "last_warning": info.error if info.state == "warning" else None,
+        })
+
+    def update_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
+        body = request.json(required=True, allowed=("target_ts", "sink_uri", "replica_config", "namespace")
+                            + _PD_ONLY_FIELDS)
+        _refuse_pd_fields(body)
+        namespace = _str_field(body, "namespace") or request.namespace
+        with self._lock:
+            info = self.store.get_changefeed(namespace, changefeed_id)
+            if info.state not in ("stopped", "failed"):
+                raise errors.ErrChangefeedUpdateRefused(
+                    f"changefeed {namespace}/{changefeed_id} is {info.state}; only a stopped or failed "
+                    f"changefeed can be updated: pause it first")
+            sink_uri = _str_field(body, "sink_uri") or info.sink_uri
+            config = (_replica_config(body["replica_config"]) if body.get("replica_config") is not None
+                      else replica_config_from_dict(info.config))
+            target_ts = _int_field(body, "target_ts", info.target_ts) if "target_ts" in body else info.target_ts
+            if target_ts and target_ts <= info.start_ts:
+                raise errors.ErrTargetTsInvalid(
+                    f"target_ts {target_ts} must be larger than the changefeed's start_ts {info.start_ts}")
+            self.controller.validate(sink_uri, config)
+            info = replace(info, sink_uri=sink_uri, target_ts=target_ts, config=replica_config_to_dict(config))
+            self.store.update_changefeed(info)
+        return _ok(self._info_json(info))
+
+    def delete_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
+        with self._lock:
+            self.store.get_changefeed(request.namespace, changefeed_id)
+            self.controller.stop(request.namespace, changefeed_id)
+            self.store.delete_changefeed(request.namespace, changefeed_id)
+        return _ok()
+
+    def pause_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
+        request.json(allowed=())
+        with self._lock:
+            info = self.store.get_changefeed(request.namespace, changefeed_id)
+            if info.state == "finished":
+                raise errors.ErrChangefeedUpdateRefused(
+                    f"changefeed {request.namespace}/{changefeed_id} has finished; there is nothing to pause")
+            self.controller.stop(request.namespace, changefeed_id)
+            self.store.update_changefeed(replace(info, state="stopped"))
+        return _ok()
+
+    def resume_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
+        body = request.json(allowed=("overwrite_checkpoint_ts",) + _PD_ONLY_FIELDS)
+        _refuse_pd_fields(body)
+        overwrite = _int_field(body, "overwrite_checkpoint_ts")
+        namespace = request.namespace
+        with self._lock:
+            info = self.store.get_changefeed(namespace, changefeed_id)
+            if info.state in ("normal", "warning"):
+                if overwrite:
+                    raise errors.ErrChangefeedUpdateRefused(
+                        f"changefeed {namespace}/{changefeed_id} is running; pause it before overwriting its checkpoint")
+                return _ok()  # already running: resuming is a no-op, as in TiCDC
+            if overwrite:
+                checkpoint = self.controller.resolve_start_ts(overwrite)
+                if info.target_ts and checkpoint >= info.target_ts:
+                    raise errors.ErrStartTsInvalid(
+                        f"overwrite_checkpoint_ts {checkpoint} must be smaller than target_ts {info.target_ts}")
+                self.store.set_checkpoint(namespace, changefeed_id, checkpoint)
+            resumed = replace(info, state="normal", error=None)
+            self.store.update_changefeed(resumed)
+            try:
+                self.controller.start(resumed)
+            except BaseException:
+                self.store.update_changefeed(info)
+                raise
+        return _ok()
+
+    def _info_json(self, info: ChangefeedInfo) -> dict:
+        status = self.store.get_status(info.namespace, info.id)
+        return {
+            "upstream_id": info.upstream_id,
+            "namespace": info.namespace,
+            "id": info.id,
+            "sink_uri": mask_sink_uri(info.sink_uri),
+            "create_time": info.create_time,
+            "start_ts": info.start_ts,
+            "target_ts": info.target_ts,
+            "admin_job_type": _ADMIN_JOB_STOP if info.state == "stopped" else _ADMIN_JOB_NONE,
+            "config": info.config,
+            "state": info.state,
+            "error": info.error,
+            "creator_version": info.creator_version,
+            "resolved_ts": status.resolved_ts,
+            "checkpoint_ts": status.checkpoint_ts,
+            "checkpoint_time": tso.format_time(status.checkpoint_ts),
+            "task_status": [],
+        }
+
+
+def sparkcdc_version() -> str:
+    return getattr(sparkcdc, "__version__", "") or "0.1.0"
+
+
+def _error_response(status: int, code: str, message: str) -> _Response:
+    return _Response(status, {"error_msg": message, "error_code": code})
+
+
+def _state_wanted(state: str, wanted: str) -> bool:
+    """TiCDC's FeedState.IsNeeded: no filter hides removed and finished changefeeds."""
+    if wanted == "all":
+        return True
+    if wanted == "":
+        return state not in ("removed", "finished")
+    return state == wanted
+
+
+def _check_changefeed_id(changefeed_id: str) -> None:
+    if not CHANGEFEED_ID_PATTERN.match(changefeed_id) or len(changefeed_id) > 128:
+        raise errors.ErrChangefeedInvalidID(
+            f"changefeed id {changefeed_id!r} is invalid: use letters, digits and single dashes inside "
+            f"(^[a-zA-Z0-9]+(\\-[a-zA-Z0-9]+)*$), at most 128 characters")
+
+
+def _start_ts_field(value: Any) -> int | str:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise errors.ErrStartTsInvalid(f"start_ts must be a TSO integer, got {value!r}")
+    return value
+
+
+def _replica_config(document: Any) -> ReplicaConfig:
+    if document is None:
+        return ReplicaConfig()
+    if not isinstance(document, dict):
+        raise errors.ErrInvalidReplicaConfig("`replica_config` must be a JSON object")
+    return replica_config_from_dict(document)
+
+
+def _refuse_pd_fields(body: dict) -> None:
+    for name in _PD_ONLY_FIELDS:
+        if body.get(name):
+            raise errors.ErrAPIInvalidParam(
+                f"`{name}` is for a TiDB (PD) upstream; sparkcdc's upstream is set on `sparkcdc server`, remove it")
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_version = "sparkcdc"
+    protocol_version = "HTTP/1.1"
+    api: OpenAPI  # set on the subclass made per server
+
+    def _handle(self) -> None:
+        length_header = self.headers.get("Content-Length") or "0"
+        try:
+            length = int(length_header)
+        except ValueError:
+            length = -1
+        if length < 0 or length > MAX_BODY_BYTES:
+            response = _error_response(400, errors.ErrAPIInvalidParam.code,
+                                       f"bad Content-Length {length_header!r} (at most {MAX_BODY_BYTES} bytes)")
+            self.close_connection = True
+        else:
+            body = self.rfile.read(length) if length else b""
+            url = urlsplit(self.path)
+            response = self.api.dispatch(_Request(self.command, url.path, parse_qs(url.query), body))
+        payload = json.dumps(response.body).encode()
+        self.send_response(response.status)
+        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _handle
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s - %s", self.address_string(), format % args)
+
+
+class ApiServer:
+    """The Open API on a ThreadingHTTPServer; `start()` serves from a daemon thread."""
+
+    def __init__(self, host: str, port: int, api: OpenAPI):
+        handler = type("OpenAPIHandler", (_Handler,), {"api": api})
+        self.api = api
+        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self._httpd.server_address[1]
+
+    @property
+    def host(self) -> str:
+        return self._httpd.server_address[0]
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="sparkcdc-api", daemon=True)
+        self._thread.start()
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def shutdown(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+
+def serve(addr: str, store: MetaStore, controller: ChangefeedController) -> ApiServer:
+    """Bind the Open API on `addr` ("host:port"; port 0 picks a free one). Call .start() to serve."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit():
+        raise errors.ErrAPIInvalidParam(f"--addr {addr!r} must be host:port, e.g. 127.0.0.1:8300")
+    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller))

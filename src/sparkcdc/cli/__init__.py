@@ -1,0 +1,1 @@
+"""The `sparkcdc` command line: `sparkcdc cli ...` (cli_cmd) and `sparkcdc server` (server_cmd)."""

@@ -1,0 +1,42 @@
+"""`sparkcdc` entry point. Each subcommand module registers itself with `register(subparsers)`."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sparkcdc.errors import SparkCDCError
+
+SUBCOMMAND_MODULES = ["sparkcdc.cli.cli_cmd", "sparkcdc.cli.server_cmd"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sparkcdc", description="Change data capture with TiCDC's contract")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module_name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name == module_name:
+                continue  # that subcommand is not part of this build; anything else is a real bug
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args) or 0
+    except SparkCDCError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
