@@ -1,0 +1,25 @@
+# sparkcdc: `make demo` runs a local demo changefeed, `make test` the whole test suite.
+VENV := .venv
+PY := $(VENV)/bin/python
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
+
+.PHONY: setup demo test unit bench clean
+
+setup:
+	./scripts/setup.sh
+
+demo: setup
+	$(VENV)/bin/sparkcdc demo --dir ./demo-data --output ./demo-output
+
+test: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+
+unit: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
+
+bench: setup
+	$(PY) bench/capture_bench.py
+
+clean:
+	rm -rf demo-data demo-output .pytest_cache

@@ -1,0 +1,68 @@
+"""`sparkcdc server`: one capture process serving the Open API v2."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+
+from sparkcdc.errors import SparkCDCError
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "server",
+        help="run a capture: the binlog puller, the changefeeds and the Open API",
+        description="Run a sparkcdc capture (single node, embedded SQLite metadata store).",
+    )
+    parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s)")
+    parser.add_argument("--data-dir", default="./cdc-data", help="metadata, transaction index and Spark state (default %(default)s)")
+    parser.add_argument("--upstream-uri", required=True, help="the upstream MariaDB/MySQL, e.g. mysql://root@127.0.0.1:3306/")
+    parser.add_argument("--cluster-id", default="default")
+    parser.add_argument("--spark-master", default="local[*]", help="Spark master URL (default %(default)s)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
+    parser.add_argument("--log-file", default=None, help="log to this file instead of stderr")
+    parser.set_defaults(func=run_server)
+
+
+def run_server(args: argparse.Namespace) -> int:
+    level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
+    logging.basicConfig(
+        level=level,
+        filename=args.log_file,
+        format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s",
+    )
+    from sparkcdc.api.server import serve
+    from sparkcdc.server.capture import Capture, CaptureOptions
+
+    try:
+        capture = Capture(
+            CaptureOptions(
+                addr=args.addr,
+                data_dir=args.data_dir,
+                upstream_uri=args.upstream_uri,
+                cluster_id=args.cluster_id,
+                spark_master=args.spark_master,
+            )
+        )
+    except SparkCDCError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 1
+    log = logging.getLogger("sparkcdc.server")
+    log.info("starting capture %s for upstream %s", capture.id, capture.upstream.masked_uri())
+    capture.open()
+    api = serve(args.addr, capture.store, capture)
+    api.start()
+    log.info("Open API listening on http://%s", args.addr)
+    print(f"sparkcdc server ready: http://{args.addr} (capture {capture.id})", flush=True)
+
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    log.info("shutting down")
+    api.shutdown()
+    capture.close()
+    return 0

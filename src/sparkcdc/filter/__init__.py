@@ -1,0 +1,1 @@
+"""Which tables and events a changefeed replicates."""

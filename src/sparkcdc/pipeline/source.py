@@ -1,0 +1,221 @@
+"""The binlog as a Spark Structured Streaming source (PySpark's Python Data Source API).
+
+Offsets are commit-ts values: `{"ts": N}`. A micro-batch is every transaction with
+commit-ts in (start, end], where `end` never passes the upstream's resolved-ts and a DDL is
+always the last transaction of its batch, so every batch has one schema per table and the
+sink can run the DDL as a barrier after the batch's rows.
+
+The driver side (initialOffset, latestOffset, partitions) only reads the transaction index
+the capture's puller persists; executors decode transaction-aligned binlog ranges in
+parallel, each range with its own replication connection and server_id. Each partition
+carries everything it needs, and the same (start, end) always plans the same partitions, so
+Spark's replay of an uncommitted batch reads identical data.
+
+Besides row changes, every batch carries one `range` marker row (commit_ts = end,
+seq = start) so the sink learns the batch's bounds even when it has no rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from sparkcdc.filter.table_filter import TableFilter
+from sparkcdc.model.events import TableInfo
+from sparkcdc.upstream.connection import UpstreamConfig
+from sparkcdc.upstream.range_reader import BinlogRange, read_range
+from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord
+
+SOURCE_NAME = "sparkcdc_binlog"
+ROW_SCHEMA = (
+    "commit_ts long, seq long, schema_name string, table_name string, op string, "
+    "before array<string>, after array<string>"
+)
+RANGE_MARKER = "range"
+
+
+@dataclass(frozen=True)
+class _RangePartition(InputPartition):
+    binlog_range: BinlogRange
+
+
+@dataclass(frozen=True)
+class _MarkerPartition(InputPartition):
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What the source needs, passed through Spark's string options (keys arrive lower-cased)."""
+
+    index_path: str
+    upstream_uri: str
+    start_ts: int
+    target_ts: int = 0  # 0 = no target
+    server_id_base: int = 100000
+    max_batch_bytes: int = 64 << 20
+    parallelism: int = 2
+    filter_rules: tuple[str, ...] = ("*.*",)
+    case_sensitive: bool = False
+
+    def to_options(self) -> dict[str, str]:
+        return {
+            "index_path": self.index_path,
+            "upstream_uri": self.upstream_uri,
+            "start_ts": str(self.start_ts),
+            "target_ts": str(self.target_ts),
+            "server_id_base": str(self.server_id_base),
+            "max_batch_bytes": str(self.max_batch_bytes),
+            "parallelism": str(self.parallelism),
+            "filter_rules": "\n".join(self.filter_rules),
+            "case_sensitive": "true" if self.case_sensitive else "false",
+        }
+
+    @classmethod
+    def from_options(cls, options: dict[str, str]) -> "SourceOptions":
+        return cls(
+            index_path=options["index_path"],
+            upstream_uri=options["upstream_uri"],
+            start_ts=int(options["start_ts"]),
+            target_ts=int(options.get("target_ts", "0")),
+            server_id_base=int(options.get("server_id_base", "100000")),
+            max_batch_bytes=int(options.get("max_batch_bytes", str(64 << 20))),
+            parallelism=int(options.get("parallelism", "2")),
+            filter_rules=tuple(r for r in options.get("filter_rules", "*.*").split("\n") if r),
+            case_sensitive=options.get("case_sensitive", "false") == "true",
+        )
+
+
+def plan_batch_end(index: TxnIndex, start: int, target_ts: int, max_batch_bytes: int) -> int:
+    """The end of the next micro-batch starting after `start` (== start when nothing is new)."""
+    end = index.resolved_ts()
+    if target_ts:
+        end = min(end, target_ts)
+    next_ddl = index.next_ddl_after(start)
+    if next_ddl is not None:
+        end = min(end, next_ddl)
+    if end <= start:
+        return start
+    size = 0
+    for txn in index.txns_between(start, end):
+        size += txn.size
+        if size > max_batch_bytes and txn.commit_ts > start:
+            return txn.commit_ts
+    return end
+
+
+def split_ranges(txns: Sequence[TxnRecord], parts: int) -> list[list[TxnRecord]]:
+    """Cut the batch's DML transactions into contiguous runs of about equal binlog size.
+
+    DDL transactions carry no rows, so they end a run; a run never spans one.
+    """
+    runs: list[list[TxnRecord]] = [[]]
+    for txn in txns:
+        if txn.is_ddl:
+            if runs[-1]:
+                runs.append([])
+            continue
+        runs[-1].append(txn)
+    runs = [r for r in runs if r]
+    total = sum(t.size for r in runs for t in r)
+    target = max(1, total // max(1, parts))
+    pieces: list[list[TxnRecord]] = []
+    for run in runs:
+        current: list[TxnRecord] = []
+        size = 0
+        for txn in run:
+            current.append(txn)
+            size += txn.size
+            if size >= target:
+                pieces.append(current)
+                current, size = [], 0
+        if current:
+            pieces.append(current)
+    return pieces
+
+
+class BinlogStreamReader(DataSourceStreamReader):
+    def __init__(self, options: SourceOptions):
+        self.options = options
+
+    def _index(self) -> TxnIndex:
+        return TxnIndex(self.options.index_path)
+
+    def initialOffset(self) -> dict:
+        return {"ts": self.options.start_ts}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        begin = int(start["ts"]) if start else self.options.start_ts
+        end = plan_batch_end(
+            self._index(), begin, self.options.target_ts, self.options.max_batch_bytes
+        )
+        return {"ts": end}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        lo, hi = int(start["ts"]), int(end["ts"])
+        if hi <= lo:
+            return []
+        index = self._index()
+        tables = self._tables_at(index, lo)
+        upstream = UpstreamConfig.from_uri(self.options.upstream_uri)
+        partitions: list[InputPartition] = [_MarkerPartition(lo, hi)]
+        for number, run in enumerate(split_ranges(index.txns_between(lo, hi), self.options.parallelism)):
+            partitions.append(
+                _RangePartition(
+                    BinlogRange(
+                        upstream=upstream,
+                        server_id=self.options.server_id_base + number,
+                        start=run[0].start,
+                        end=run[-1].end,
+                        commit_ts=tuple(t.commit_ts for t in run),
+                        tables=tables,
+                    )
+                )
+            )
+        return partitions
+
+    def _tables_at(self, index: TxnIndex, ts: int) -> dict[str, str]:
+        table_filter = TableFilter(list(self.options.filter_rules), self.options.case_sensitive)
+        tables: dict[str, str] = {}
+        for info in index.tables_at(ts):
+            if table_filter.match(info.schema, info.table):
+                tables[f"{info.schema}.{info.table}"] = info.to_json()
+        return tables
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        if isinstance(partition, _MarkerPartition):
+            yield (partition.end, partition.start, "", "", RANGE_MARKER, None, None)
+            return
+        for row in read_range(partition.binlog_range):
+            yield (
+                row.commit_ts,
+                row.seq,
+                row.schema,
+                row.table,
+                row.op,
+                list(row.before) if row.before is not None else None,
+                list(row.after) if row.after is not None else None,
+            )
+
+    def commit(self, end: dict) -> None:
+        # The checkpoint is advanced by the sink after it flushed, not here.
+        pass
+
+
+class BinlogDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return ROW_SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return BinlogStreamReader(SourceOptions.from_options(dict(self.options)))
+
+
+def table_infos_from_json(tables: dict[str, str]) -> dict[str, TableInfo]:
+    return {name: TableInfo.from_json(text) for name, text in tables.items()}

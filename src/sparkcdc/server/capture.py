@@ -1,0 +1,144 @@
+"""A capture: one `sparkcdc server` process with its puller, Spark session and changefeeds.
+
+Single node for now: this capture is always the owner. It is the API's
+ChangefeedController (validate, resolve_start_ts, current_tso, start, stop, capture_info), so
+the Open API layer stays free of Spark and binlog details.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Optional
+
+from sparkcdc.config.replica import ReplicaConfig
+from sparkcdc.config.sink_uri import classify_sink_uri
+from sparkcdc.errors import ErrSinkUnsupported, ErrUpstreamUnreachable, SparkCDCError
+from sparkcdc.model import tso
+from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
+from sparkcdc.sink.storage.uri import parse_storage_uri
+from sparkcdc.upstream.connection import UpstreamConfig
+from sparkcdc.upstream.preflight import preflight
+from sparkcdc.upstream.puller import Puller
+from sparkcdc.upstream.txn_index import TxnIndex
+
+log = logging.getLogger(__name__)
+
+PULLER_SERVER_ID = 7700
+
+
+@dataclass(frozen=True)
+class CaptureOptions:
+    addr: str
+    data_dir: str
+    upstream_uri: str
+    cluster_id: str = "default"
+    spark_master: str = "local[*]"
+    trigger_interval: str = "1 second"
+
+
+class Capture:
+    def __init__(self, options: CaptureOptions):
+        self.options = options
+        self.id = str(uuid.uuid4())
+        os.makedirs(options.data_dir, exist_ok=True)
+        self.store = MetaStore(os.path.join(options.data_dir, "meta.sqlite"))
+        self.index_path = os.path.join(options.data_dir, "txn-index.sqlite")
+        self.upstream = UpstreamConfig.from_uri(options.upstream_uri)
+        self._puller: Optional[Puller] = None
+        self._puller_lock = threading.Lock()
+        self._runner = None
+        self._spark = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def open(self) -> None:
+        """Start the puller and the Spark session, and resume every running changefeed."""
+        try:
+            self._ensure_puller()
+        except SparkCDCError as exc:
+            # The server still serves its API (and its data); creating a changefeed retries.
+            log.error("upstream not ready: %s", exc)
+        from sparkcdc.pipeline.runner import ChangefeedRunner, make_spark_session
+
+        self._spark = make_spark_session(self.options.spark_master)
+        self._runner = ChangefeedRunner(
+            self._spark,
+            self.store,
+            self.index_path,
+            self.options.upstream_uri,
+            os.path.join(self.options.data_dir, "changefeeds"),
+            self.options.addr,
+            self.options.trigger_interval,
+        )
+        for info in self.store.list_changefeeds():
+            if info.state in ("normal", "warning"):
+                try:
+                    self._ensure_puller()
+                    self._runner.start(info)
+                except Exception as exc:
+                    log.error("could not restart changefeed %s: %s", info.id, exc)
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.stop_all()
+        if self._puller is not None:
+            self._puller.stop()
+        if self._spark is not None:
+            self._spark.stop()
+
+    def _ensure_puller(self) -> Puller:
+        with self._puller_lock:
+            if self._puller is not None and self._puller.error is None:
+                return self._puller
+            if self._puller is not None:
+                log.error("puller stopped with %s; restarting it", self._puller.error)
+                self._puller.stop()
+            preflight(self.upstream)
+            puller = Puller(self.upstream, TxnIndex(self.index_path), PULLER_SERVER_ID)
+            puller.start()
+            self._puller = puller
+        self._wait_index_ready()
+        return puller
+
+    def _wait_index_ready(self, timeout: float = 30.0) -> None:
+        index = TxnIndex(self.index_path)
+        deadline = time.monotonic() + timeout
+        while index.resolved_ts() == 0:
+            if self._puller is not None and self._puller.error is not None:
+                raise ErrUpstreamUnreachable(f"the binlog puller failed: {self._puller.error}")
+            if time.monotonic() > deadline:
+                raise ErrUpstreamUnreachable("the binlog puller did not start within 30s")
+            time.sleep(0.1)
+
+    # -- ChangefeedController ----------------------------------------------------------------
+    def validate(self, sink_uri: str, config: ReplicaConfig) -> None:
+        kind = classify_sink_uri(sink_uri)
+        if kind != "storage":
+            raise ErrSinkUnsupported(
+                f"the {kind} sink is not supported yet; use a storage sink such as "
+                "file:///path?protocol=canal-json"
+            )
+        parse_storage_uri(sink_uri, config.sink)
+        self._ensure_puller()
+
+    def resolve_start_ts(self, start_ts) -> int:
+        self._ensure_puller()
+        return TxnIndex(self.index_path).resolve_start(str(start_ts))
+
+    def current_tso(self) -> int:
+        return tso.compose(int(time.time() * 1000))
+
+    def start(self, info: ChangefeedInfo) -> None:
+        self._ensure_puller()
+        self._runner.start(info)
+
+    def stop(self, namespace: str, changefeed_id: str) -> None:
+        if self._runner is not None:
+            self._runner.stop(namespace, changefeed_id)
+
+    def capture_info(self) -> dict:
+        return {"id": self.id, "address": self.options.addr, "cluster_id": self.options.cluster_id}

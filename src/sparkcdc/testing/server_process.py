@@ -1,0 +1,108 @@
+"""`sparkcdc server` as a child process, for the demo, e2e tests and benchmarks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class ServerProcess:
+    data_dir: str
+    upstream_uri: str
+    port: int = field(default_factory=free_port)
+    log_path: Optional[str] = None
+    process: Optional[subprocess.Popen] = field(default=None, init=False)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180.0) -> "ServerProcess":
+        os.makedirs(self.data_dir, exist_ok=True)
+        log_path = self.log_path or os.path.join(self.data_dir, "server.log")
+        env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sparkcdc.cli.main", "server",
+                 "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir,
+                 "--upstream-uri", self.upstream_uri],
+                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"sparkcdc server exited with {self.process.returncode}; see {log_path}")
+            try:
+                self.api("GET", "/api/v2/health")
+                return self
+            except OSError:
+                time.sleep(0.5)
+        raise TimeoutError(f"sparkcdc server not ready after {timeout}s; see {log_path}")
+
+    def api(self, method: str, path: str, body: Optional[dict] = None, timeout: float = 120.0):
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                text = response.read().decode()
+        except urllib.error.HTTPError as exc:
+            raise ApiError(exc.code, exc.read().decode()) from None
+        return json.loads(text) if text else None
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [sys.executable, "-m", "sparkcdc.cli.main", "cli", *args, "--server", self.url],
+            capture_output=True, text=True, timeout=180,
+        )
+        if check and result.returncode != 0:
+            raise RuntimeError(f"sparkcdc cli {' '.join(args)} failed: {result.stderr}{result.stdout}")
+        return result
+
+    def checkpoint(self, changefeed_id: str) -> int:
+        return int(self.api("GET", f"/api/v2/changefeeds/{changefeed_id}")["checkpoint_ts"])
+
+    def stop(self) -> None:
+        self._signal(signal.SIGTERM, wait=60)
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the server and its Spark JVM), as a crash would."""
+        self._signal(signal.SIGKILL, wait=30)
+
+    def _signal(self, sig: int, wait: float) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        try:
+            if sig == signal.SIGKILL:
+                os.killpg(self.process.pid, sig)
+            else:
+                self.process.send_signal(sig)
+            self.process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        except ProcessLookupError:
+            pass
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, body: str):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
