@@ -1,0 +1,69 @@
+"""Bad input gets a clear error naming the problem, and the server keeps running."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkcdc.testing.server_process import ServerProcess
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(mariadb, tmp_path_factory):
+    process = ServerProcess(str(tmp_path_factory.mktemp("cdc-bad")), mariadb.uri).start()
+    yield process
+    process.stop()
+
+
+def create(server, *args):
+    return server.cli("changefeed", "create", *args, check=False)
+
+
+@pytest.mark.parametrize(
+    "sink_uri, code, words",
+    [
+        ("file:///tmp/x?protocol=avro-ish", "ErrSinkUnknownProtocol", "avro-ish"),
+        ("file:///tmp/x", "ErrSinkUnknownProtocol", "protocol"),
+        ("file:///tmp/x?protocol=csv&flush-interval=1s", "ErrSinkURIInvalid", "flush-interval"),
+        ("file:///tmp/x?protocol=csv&no-such-param=1", "ErrSinkURIInvalid", "no-such-param"),
+        ("nosuchscheme://x/y", "ErrSinkURIInvalid", "nosuchscheme"),
+    ],
+)
+def test_bad_sink_uri_is_rejected_and_server_keeps_running(server, sink_uri, code, words):
+    result = create(server, "-c", "bad", "--sink-uri", sink_uri)
+    assert result.returncode != 0
+    assert code in result.stderr and words in result.stderr
+    server.api("GET", "/api/v2/health")  # raises unless the server answers 2xx
+    assert server.process.poll() is None
+    assert "bad" not in server.cli("changefeed", "list").stdout
+
+
+def test_unknown_toml_key_names_the_key(server, tmp_path):
+    config = tmp_path / "cf.toml"
+    config.write_text('[sink]\nprotocoll = "csv"\n')
+    result = create(server, "-c", "badtoml", "--sink-uri", "file:///tmp/x?protocol=csv",
+                    "--config", str(config))
+    assert result.returncode != 0
+    assert "ErrInvalidReplicaConfig" in result.stderr and "sink.protocoll" in result.stderr
+
+
+def test_server_still_replicates_after_bad_requests(server, mariadb, tmp_path):
+    root = tmp_path / "out"
+    server.cli("changefeed", "create", "-c", "good", "--sink-uri", f"file://{root}?protocol=csv")
+    info = server.api("GET", "/api/v2/changefeeds/good")
+    assert info["state"] == "normal"
+    assert "password" not in info["sink_uri"]
+
+
+def test_upstream_without_row_binlog_is_named(mariadb_factory, tmp_path):
+    statement_based = mariadb_factory(extra_config={"binlog_format": "STATEMENT"})
+    server = ServerProcess(str(tmp_path / "cdc"), statement_based.uri).start()
+    try:
+        result = create(server, "-c", "stmt", "--sink-uri", f"file://{tmp_path}/o?protocol=csv")
+        assert result.returncode != 0
+        assert "ErrUpstreamBinlogConfig" in result.stderr and "binlog_format" in result.stderr
+        server.api("GET", "/api/v2/health")
+        assert server.process.poll() is None, "server died on a bad upstream"
+    finally:
+        server.stop()

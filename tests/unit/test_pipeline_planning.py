@@ -1,0 +1,132 @@
+"""Batch planning and batch writing, with an in-memory fake of the transaction index."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, strategies as st
+
+from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
+from sparkcdc.model.position import BinlogPosition
+from sparkcdc.pipeline.batch_sink import write_batch
+from sparkcdc.pipeline.source import RANGE_MARKER, plan_batch_end, split_ranges
+from sparkcdc.upstream.txn_index import TxnRecord
+
+
+def txn(ts: int, size: int = 100, ddl: bool = False, pos: int | None = None) -> TxnRecord:
+    start = pos if pos is not None else ts * 1000
+    return TxnRecord(ts, None, BinlogPosition("mysql-bin.000001", start),
+                     BinlogPosition("mysql-bin.000001", start + size), size, ddl)
+
+
+class FakeIndex:
+    def __init__(self, txns, resolved, ddls=(), tables=()):
+        self.txns, self.resolved, self.ddls, self.tables = list(txns), resolved, list(ddls), list(tables)
+
+    def resolved_ts(self):
+        return self.resolved
+
+    def txns_between(self, lo, hi):
+        return [t for t in self.txns if lo < t.commit_ts <= hi]
+
+    def next_ddl_after(self, ts):
+        return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
+
+    def ddls_between(self, lo, hi):
+        return [d for d in self.ddls if lo < d.commit_ts <= hi]
+
+    def table_info_at(self, schema, table, ts):
+        return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
+
+
+def test_batch_ends_at_resolved_ts_when_no_ddl():
+    index = FakeIndex([txn(10), txn(20)], resolved=25)
+    assert plan_batch_end(index, 5, 0, 1 << 30) == 25
+
+
+def test_ddl_is_the_last_transaction_of_its_batch():
+    index = FakeIndex([txn(10), txn(20, ddl=True), txn(30)], resolved=40)
+    assert plan_batch_end(index, 5, 0, 1 << 30) == 20
+    assert plan_batch_end(index, 20, 0, 1 << 30) == 40
+
+
+def test_target_ts_caps_the_batch_and_nothing_new_keeps_start():
+    index = FakeIndex([txn(10), txn(20)], resolved=25)
+    assert plan_batch_end(index, 5, 15, 1 << 30) == 15
+    assert plan_batch_end(index, 25, 0, 1 << 30) == 25
+
+
+def test_batch_bytes_cap_cuts_on_a_transaction_boundary():
+    index = FakeIndex([txn(10, 60), txn(20, 60), txn(30, 60)], resolved=40)
+    assert plan_batch_end(index, 5, 0, 100) == 20
+    # A single transaction larger than the cap still makes progress.
+    assert plan_batch_end(index, 5, 0, 10) == 10
+
+
+@given(st.lists(st.tuples(st.integers(1, 500), st.booleans()), max_size=40), st.integers(1, 8))
+def test_split_ranges_keeps_every_dml_txn_once_in_order_and_never_spans_a_ddl(spec, parts):
+    txns = [txn(i + 1, size, ddl) for i, (size, ddl) in enumerate(spec)]
+    pieces = split_ranges(txns, parts)
+    flat = [t for piece in pieces for t in piece]
+    assert flat == [t for t in txns if not t.is_ddl]
+    for piece in pieces:
+        stamps = [t.commit_ts for t in piece]
+        assert stamps == list(range(stamps[0], stamps[0] + len(stamps))), "a piece spans a DDL"
+
+
+class RecordingSink:
+    def __init__(self):
+        self.calls = []
+
+    def write_rows(self, table, rows):
+        self.calls.append(("rows", table.table, [(r.commit_ts, r.seq) for r in rows]))
+
+    def write_ddl(self, ddl):
+        self.calls.append(("ddl", ddl.query))
+
+    def flush(self):
+        self.calls.append(("flush",))
+
+    def write_checkpoint(self, ts):
+        self.calls.append(("checkpoint", ts))
+
+
+def batch_table(rows):
+    names = ["commit_ts", "seq", "schema_name", "table_name", "op", "before", "after"]
+    return pa.table({n: [r[i] for r in rows] for i, n in enumerate(names)},
+                    schema=pa.schema([("commit_ts", pa.int64()), ("seq", pa.int64()),
+                                      ("schema_name", pa.string()), ("table_name", pa.string()),
+                                      ("op", pa.string()), ("before", pa.list_(pa.string())),
+                                      ("after", pa.list_(pa.string()))]))
+
+
+def test_rows_flush_before_the_ddl_barrier_and_checkpoint_comes_last():
+    info = TableInfo("db", "t", 1, (ColumnInfo("id", "int", is_primary_key=True),), 1, ("id",))
+    ddl = DDLEvent(30, "db", "t", "ALTER TABLE t ADD c INT", "add column")
+    index = FakeIndex([], 30, ddls=[ddl], tables=[info])
+    table = batch_table([
+        (20, 1, "db", "t", "insert", None, ["2"]),
+        (30, 5, "", "", RANGE_MARKER, None, None),
+        (10, 0, "db", "t", "insert", None, ["1"]),
+        (20, 0, "db", "t", "update", ["1"], ["1"]),
+    ])
+    sink, checkpoints = RecordingSink(), []
+    result = write_batch(table, index, sink, lambda s, t: True, checkpoints.append)
+    assert sink.calls == [
+        ("rows", "t", [(10, 0), (20, 0), (20, 1)]),
+        ("flush",),
+        ("ddl", "ALTER TABLE t ADD c INT"),
+        ("flush",),
+        ("checkpoint", 30),
+    ]
+    assert checkpoints == [30]
+    assert (result.start, result.end, result.rows, result.ddls) == (5, 30, 3, 1)
+
+
+def test_filtered_ddl_is_not_written_but_checkpoint_advances():
+    ddl = DDLEvent(30, "other", "t", "CREATE TABLE t (id INT)", "create table")
+    index = FakeIndex([], 30, ddls=[ddl])
+    sink, checkpoints = RecordingSink(), []
+    write_batch(batch_table([(30, 5, "", "", RANGE_MARKER, None, None)]), index, sink,
+                lambda s, t: s == "db", checkpoints.append)
+    assert ("ddl", "CREATE TABLE t (id INT)") not in sink.calls
+    assert checkpoints == [30]
