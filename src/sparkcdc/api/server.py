@@ -451,7 +451,9 @@ class ApiServer:
         return f"http://{self.host}:{self.port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="sparkcdc-api", daemon=True)
+        # A short poll interval keeps shutdown() quick (the default waits up to 0.5 s).
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="sparkcdc-api", daemon=True)
         self._thread.start()
 
     def serve_forever(self) -> None:

@@ -1,0 +1,205 @@
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from sparkcdc.config.sink_uri import classify_sink_uri
+from sparkcdc.errors import ErrStartTsInvalid
+from sparkcdc.model import tso
+from sparkcdc.api.server import serve
+from sparkcdc.server.metastore import MetaStore
+
+NOW = tso.compose(1_700_000_000_000, 5)
+
+
+class FakeController:
+    def __init__(self):
+        self.started, self.stopped, self.validated = [], [], []
+        self.fail_start = False
+
+    def validate(self, sink_uri, config):
+        classify_sink_uri(sink_uri)
+        self.validated.append((sink_uri, config))
+
+    def resolve_start_ts(self, start_ts):
+        start_ts = int(start_ts)
+        if start_ts == 0:
+            return NOW
+        if start_ts > NOW:
+            raise ErrStartTsInvalid(f"start_ts {start_ts} is in the future")
+        return start_ts
+
+    def current_tso(self):
+        return NOW
+
+    def start(self, info):
+        if self.fail_start:
+            raise RuntimeError("boom")
+        self.started.append(info.id)
+
+    def stop(self, namespace, id):
+        self.stopped.append(id)
+
+    def capture_info(self):
+        return {"id": "cap-1", "address": "127.0.0.1:8300", "cluster_id": "default"}
+
+
+@pytest.fixture
+def api(tmp_path):
+    store = MetaStore(str(tmp_path / "meta.sqlite"))
+    controller = FakeController()
+    server = serve("127.0.0.1:0", store, controller)
+    server.start()
+    server.store, server.controller = store, controller
+    yield server
+    server.shutdown()
+
+
+def call(server, method, path, body=None, raw=None):
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    req = urllib.request.Request(f"http://127.0.0.1:{server.port}{path}", data=data, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+SINK = "mysql://root:secret@127.0.0.1:3306/"
+
+
+def create(server, changefeed_id="cf-1", **extra):
+    return call(server, "POST", "/api/v2/changefeeds", {"changefeed_id": changefeed_id, "sink_uri": SINK, **extra})
+
+
+def test_health_status_captures_tso(api):
+    assert call(api, "GET", "/api/v2/health") == (200, {})
+    status, body = call(api, "GET", "/api/v2/status")
+    assert status == 200 and body["id"] == "cap-1" and body["is_owner"] and body["liveness"] == 0
+    assert call(api, "GET", "/api/v2/captures")[1] == {
+        "total": 1, "items": [{"id": "cap-1", "is_owner": True, "address": "127.0.0.1:8300", "cluster_id": "default"}]}
+    assert call(api, "POST", "/api/v2/tso")[1] == {"timestamp": 1_700_000_000_000, "logic_time": 5}
+
+
+def test_create_query_list_and_masking(api):
+    status, info = create(api, replica_config={"sink": {"date_separator": "none"}})
+    assert status == 200, info
+    assert info["sink_uri"] == "mysql://root:xxxxx@127.0.0.1:3306/"
+    assert info["start_ts"] == NOW and info["checkpoint_ts"] == NOW and info["state"] == "normal"
+    assert info["config"]["sink"]["date_separator"] == "none"
+    assert api.controller.started == ["cf-1"]
+    status, got = call(api, "GET", "/api/v2/changefeeds/cf-1")
+    assert got["sink_uri"].count("xxxxx") == 1 and "secret" not in json.dumps(got)
+    assert got["checkpoint_time"] == tso.format_time(NOW)
+    status, listing = call(api, "GET", "/api/v2/changefeeds")
+    assert listing["total"] == 1 and listing["items"][0]["checkpoint_tso"] == NOW
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1/status")[1] == {
+        "state": "normal", "resolved_ts": NOW, "checkpoint_ts": NOW, "last_error": None, "last_warning": None}
+
+
+def test_create_generates_uuid_when_id_omitted(api):
+    status, info = call(api, "POST", "/api/v2/changefeeds", {"sink_uri": "blackhole://"})
+    assert status == 200 and len(info["id"]) == 36
+
+
+@pytest.mark.parametrize("body, code", [
+    ({"changefeed_id": "bad_id", "sink_uri": SINK}, "SPARKCDC:ErrChangefeedInvalidID"),
+    ({"changefeed_id": "a--b", "sink_uri": SINK}, "SPARKCDC:ErrChangefeedInvalidID"),
+    ({"changefeed_id": "ok", "sink_uri": "ftp://x"}, "SPARKCDC:ErrSinkURIInvalid"),
+    ({"changefeed_id": "ok"}, "SPARKCDC:ErrSinkURIInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": NOW + 1}, "SPARKCDC:ErrStartTsInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": 100, "target_ts": 100}, "SPARKCDC:ErrTargetTsInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "replica_config": {"sink": {"bogus": 1}}},
+     "SPARKCDC:ErrInvalidReplicaConfig"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "unknown_field": 1}, "SPARKCDC:ErrAPIInvalidParam"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "pd_addrs": ["http://pd:2379"]}, "SPARKCDC:ErrAPIInvalidParam"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "target_ts": -1}, "SPARKCDC:ErrAPIInvalidParam"),
+])
+def test_create_errors(api, body, code):
+    status, error = call(api, "POST", "/api/v2/changefeeds", body)
+    assert status == 400 and error["error_code"] == code and error["error_msg"]
+    assert call(api, "GET", "/api/v2/changefeeds")[1]["total"] == 0
+
+
+def test_create_duplicate_and_bad_json_keep_server_running(api):
+    create(api)
+    status, error = create(api)
+    assert status == 400 and error["error_code"] == "SPARKCDC:ErrChangefeedAlreadyExists"
+    status, error = call(api, "POST", "/api/v2/changefeeds", raw=b"{not json")
+    assert status == 400 and "not valid JSON" in error["error_msg"]
+    status, error = call(api, "POST", "/api/v2/changefeeds", raw=b"[1]")
+    assert status == 400 and "JSON object" in error["error_msg"]
+    assert call(api, "GET", "/api/v2/health")[0] == 200
+
+
+def test_create_rolls_back_when_start_fails(api):
+    api.controller.fail_start = True
+    status, error = create(api)
+    assert status == 500 and error["error_code"] == "SPARKCDC:ErrInternal" and "boom" in error["error_msg"]
+    assert call(api, "GET", "/api/v2/changefeeds")[1]["total"] == 0
+
+
+def test_unknown_route_and_method(api):
+    assert call(api, "GET", "/api/v2/nothing")[0] == 404
+    status, error = call(api, "DELETE", "/api/v2/changefeeds")
+    assert status == 405 and "error_code" in error
+    status, error = call(api, "GET", "/api/v2/changefeeds/missing")
+    assert status == 400 and error["error_code"] == "SPARKCDC:ErrChangefeedNotExists"
+
+
+def test_pause_update_resume_remove(api):
+    create(api, start_ts=1000)
+    status, error = call(api, "PUT", "/api/v2/changefeeds/cf-1", {"target_ts": 5000})
+    assert status == 400 and error["error_code"] == "SPARKCDC:ErrChangefeedUpdateRefused"
+    assert call(api, "POST", "/api/v2/changefeeds/cf-1/pause") == (200, {})
+    assert api.controller.stopped == ["cf-1"]
+    info = call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    assert info["state"] == "stopped" and info["admin_job_type"] == 1
+    status, info = call(api, "PUT", "/api/v2/changefeeds/cf-1",
+                        {"target_ts": 5000, "sink_uri": "kafka://b:9092/t?sasl-password=pw",
+                         "replica_config": {"sink": {"protocol": "canal-json"}}})
+    assert status == 200, info
+    assert info["target_ts"] == 5000 and info["sink_uri"].endswith("sasl-password=xxxxx")
+    assert info["config"]["sink"]["protocol"] == "canal-json"
+    assert api.store.get_changefeed("default", "cf-1").sink_uri.endswith("sasl-password=pw")
+    status, error = call(api, "PUT", "/api/v2/changefeeds/cf-1", {"target_ts": 10})
+    assert error["error_code"] == "SPARKCDC:ErrTargetTsInvalid"
+    status, error = call(api, "POST", "/api/v2/changefeeds/cf-1/resume", {"overwrite_checkpoint_ts": 6000})
+    assert error["error_code"] == "SPARKCDC:ErrStartTsInvalid"
+    assert call(api, "POST", "/api/v2/changefeeds/cf-1/resume", {"overwrite_checkpoint_ts": 2000}) == (200, {})
+    info = call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    assert info["state"] == "normal" and info["checkpoint_ts"] == 2000
+    assert api.controller.started == ["cf-1", "cf-1"]
+    status, error = call(api, "POST", "/api/v2/changefeeds/cf-1/resume", {"overwrite_checkpoint_ts": 1500})
+    assert status == 400 and error["error_code"] == "SPARKCDC:ErrChangefeedUpdateRefused"
+    assert call(api, "DELETE", "/api/v2/changefeeds/cf-1") == (200, {})
+    assert api.controller.stopped == ["cf-1", "cf-1"]
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1")[0] == 400
+    assert call(api, "DELETE", "/api/v2/changefeeds/cf-1")[0] == 400
+
+
+def test_failed_state_is_visible_and_resume_clears_error(api):
+    from dataclasses import replace
+    create(api)
+    error = {"addr": "127.0.0.1:8300", "code": "SPARKCDC:ErrStorageIO", "message": "disk full", "time": "t"}
+    api.store.update_changefeed(replace(api.store.get_changefeed("default", "cf-1"), state="failed", error=error))
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1")[1]["error"] == error
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1/status")[1]["last_error"] == error
+    assert call(api, "GET", "/api/v2/changefeeds?state=failed")[1]["total"] == 1
+    assert call(api, "GET", "/api/v2/changefeeds?state=normal")[1]["total"] == 0
+    call(api, "POST", "/api/v2/changefeeds/cf-1/resume", {})
+    info = call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    assert info["state"] == "normal" and info["error"] is None
+
+
+def test_list_filters_state_and_namespace(api):
+    from dataclasses import replace
+    create(api, "a")
+    create(api, "b", namespace="ns2")
+    api.store.update_changefeed(replace(api.store.get_changefeed("default", "a"), state="finished"))
+    assert [i["id"] for i in call(api, "GET", "/api/v2/changefeeds")[1]["items"]] == ["b"]
+    assert len(call(api, "GET", "/api/v2/changefeeds?state=all")[1]["items"]) == 2
+    assert [i["id"] for i in call(api, "GET", "/api/v2/changefeeds?state=all&namespace=ns2")[1]["items"]] == ["b"]
+    assert call(api, "GET", "/api/v2/changefeeds/b")[0] == 400
+    assert call(api, "GET", "/api/v2/changefeeds/b?namespace=ns2")[1]["namespace"] == "ns2"
