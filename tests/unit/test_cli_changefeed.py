@@ -1,0 +1,113 @@
+import json
+
+import pytest
+
+from sparkcdc.cli.main import main
+from sparkcdc.model import tso
+from test_api_server import NOW, FakeController  # noqa: F401  (same fake as the API tests)
+from sparkcdc.api.server import serve
+from sparkcdc.server.metastore import MetaStore
+
+
+@pytest.fixture
+def server(tmp_path):
+    store = MetaStore(str(tmp_path / "meta.sqlite"))
+    api = serve("127.0.0.1:0", store, FakeController())
+    api.start()
+    api.store = store
+    yield f"http://127.0.0.1:{api.port}"
+    api.shutdown()
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def cf(server, *argv):
+    return ["cli", "changefeed", *argv, "--server", server]
+
+
+def test_create_list_query_pause_resume_update_remove(server, capsys, tmp_path):
+    config = tmp_path / "cf.toml"
+    config.write_text('[sink]\nprotocol = "csv"\n[sink.csv]\ndelimiter = "|"\n')
+    code, out, err = run(capsys, *cf(server, "create", "-c", "cf-1", "--sink-uri",
+                                     "mysql://u:pw@h:3306/", "--config", str(config), "--start-ts", "1000"))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "Create changefeed successfully!" and lines[1] == "ID: cf-1"
+    info = json.loads(lines[2].removeprefix("Info: "))
+    assert info["sink_uri"] == "mysql://u:xxxxx@h:3306/" and info["config"]["sink"]["csv"]["delimiter"] == "|"
+
+    code, out, _ = run(capsys, *cf(server, "list"))
+    assert json.loads(out) == [{"id": "cf-1", "namespace": "default", "summary": {
+        "state": "normal", "tso": 1000, "checkpoint": tso.format_time(1000), "error": None}}]
+
+    code, out, _ = run(capsys, *cf(server, "query", "-s", "-c", "cf-1"))
+    assert json.loads(out)["state"] == "normal" and json.loads(out)["checkpoint_tso"] == 1000
+    code, out, _ = run(capsys, *cf(server, "query", "-c", "cf-1"))
+    full = json.loads(out)
+    assert full["start_ts"] == 1000 and "pw" not in full["sink_uri"] and full["error_history"] is None
+
+    assert run(capsys, *cf(server, "pause", "-c", "cf-1"))[0] == 0
+    code, out, _ = run(capsys, *cf(server, "update", "-c", "cf-1", "--target-ts", "9000", "--no-confirm"))
+    assert code == 0 and "Update changefeed config successfully!" in out and '"target_ts": 9000' in out
+    code, _, err = run(capsys, *cf(server, "resume", "-c", "cf-1", "--overwrite-checkpoint-ts", "2000",
+                                   "--no-confirm"))
+    assert code == 0, err
+    code, out, _ = run(capsys, *cf(server, "query", "-s", "-c", "cf-1"))
+    assert json.loads(out)["checkpoint_tso"] == 2000
+
+    code, out, _ = run(capsys, *cf(server, "remove", "-c", "cf-1"))
+    assert code == 0 and "Changefeed remove successfully." in out and "CheckpointTs: 2000" in out
+    code, _, err = run(capsys, *cf(server, "query", "-c", "cf-1"))
+    assert code == 1 and err.startswith("Error: [SPARKCDC:ErrChangefeedNotExists]")
+
+
+def test_resume_now_uses_server_tso(server, capsys, monkeypatch):
+    run(capsys, *cf(server, "create", "-c", "cf-1", "--sink-uri", "blackhole://", "--start-ts", "1000"))
+    run(capsys, *cf(server, "pause", "-c", "cf-1"))
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("n\n"))
+    code, out, _ = run(capsys, *cf(server, "resume", "-c", "cf-1", "--overwrite-checkpoint-ts", "now"))
+    assert code == 0 and "No changefeed is resumed." in out
+    code, _, err = run(capsys, *cf(server, "resume", "-c", "cf-1", "--overwrite-checkpoint-ts", "now",
+                                   "--no-confirm"))
+    assert code == 0, err
+    code, out, _ = run(capsys, *cf(server, "query", "-s", "-c", "cf-1"))
+    assert json.loads(out)["checkpoint_tso"] == NOW
+
+
+def test_bad_config_fails_before_any_request(capsys, tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[sink.csv]\ndelimter = ","\n')
+    # Nothing listens on port 1: the config error must come first.
+    code, _, err = run(capsys, "cli", "changefeed", "create", "--server", "http://127.0.0.1:1",
+                       "--sink-uri", "blackhole://", "--config", str(config))
+    assert code == 1 and "ErrInvalidReplicaConfig" in err and "sink.csv.delimter" in err
+
+
+def test_server_unreachable_names_the_address(capsys):
+    code, _, err = run(capsys, "cli", "--server", "http://127.0.0.1:1", "changefeed", "list")
+    assert code == 1 and "ErrServerUnreachable" in err and "http://127.0.0.1:1" in err
+
+
+def test_server_errors_are_printed_with_their_code(server, capsys):
+    code, _, err = run(capsys, *cf(server, "create", "-c", "bad_id", "--sink-uri", "blackhole://"))
+    assert code == 1 and err.startswith("Error: [SPARKCDC:ErrChangefeedInvalidID]")
+
+
+def test_capture_list_and_tso_query(server, capsys):
+    code, out, _ = run(capsys, "cli", "capture", "list", "--server", server)
+    assert json.loads(out) == [{"id": "cap-1", "is-owner": True, "address": "127.0.0.1:8300",
+                                "cluster-id": "default"}]
+    code, out, _ = run(capsys, "cli", "tso", "query", "--server", server)
+    assert int(out) == NOW
+
+
+def test_list_all_and_namespaces(server, capsys):
+    run(capsys, *cf(server, "create", "-c", "a", "--sink-uri", "blackhole://", "-n", "ns2"))
+    code, out, _ = run(capsys, *cf(server, "list", "-a"))
+    assert [(r["id"], r["namespace"]) for r in json.loads(out)] == [("a", "ns2")]
+    assert run(capsys, *cf(server, "pause", "-c", "a"))[0] == 1
+    assert run(capsys, *cf(server, "pause", "-c", "a", "-n", "ns2"))[0] == 0
