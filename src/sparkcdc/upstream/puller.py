@@ -1,0 +1,325 @@
+"""Tails the upstream binlog and records every transaction's boundaries and commit-ts in a TxnIndex.
+
+The puller does not decode rows: it only cuts transactions (GTID event .. Xid / COMMIT / the DDL
+statement), gives each a strictly increasing commit-ts, records DDLs with the table definition
+after them, and moves resolved-ts forward (also while the upstream is idle, on heartbeats).
+Row decoding happens later, in parallel, on binlog ranges (`range_reader`).
+
+Known limitation: the table definition after a DDL is read from information_schema when the
+puller sees the DDL, so if the upstream has already run a later DDL on the same table, the
+earlier version is recorded with the later definition. A proper schema store is a later issue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from pymysqlreplication import BinLogStreamReader
+from pymysqlreplication.event import (
+    GtidEvent,
+    HeartbeatLogEvent,
+    MariadbGtidEvent,
+    NotImplementedEvent,
+    QueryEvent,
+    RotateEvent,
+    XAPrepareEvent,
+    XidEvent,
+)
+
+from sparkcdc.errors import ErrBinlogUnsupportedEvent, SparkCDCError
+from sparkcdc.model import tso
+from sparkcdc.model.events import DDLEvent, TableInfo
+from sparkcdc.model.position import BinlogPosition
+from sparkcdc.upstream.connection import UpstreamConfig, binlog_end
+from sparkcdc.upstream.schema_reader import list_tables, read_table_info
+from sparkcdc.upstream.statements import DDL, classify, parse_ddl
+from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
+
+PULLER_EVENTS = [
+    MariadbGtidEvent,
+    GtidEvent,
+    QueryEvent,
+    XidEvent,
+    RotateEvent,
+    HeartbeatLogEvent,
+    XAPrepareEvent,
+    NotImplementedEvent,
+]
+
+COMPRESSION_FIX = (
+    "binlog compression is not supported: set log_bin_compress=OFF (MariaDB) or "
+    "binlog_transaction_compression=OFF (MySQL) globally, and make sure no session turns it on"
+)
+
+
+def stable_table_id(schema: str, table: str) -> int:
+    """A table id that is the same in every process (MariaDB exposes no persistent one)."""
+    return zlib.crc32(f"{schema}.{table}".encode("utf-8")) & 0x7FFFFFFF
+
+
+def unsupported_event(event) -> ErrBinlogUnsupportedEvent:
+    event_type = getattr(event, "event_type", None)
+    if event_type is None and hasattr(event, "packet"):
+        event_type = getattr(event.packet, "event_type", None)
+    kind = f"0x{event_type:02X}" if isinstance(event_type, int) else type(event).__name__
+    return ErrBinlogUnsupportedEvent(
+        f"binlog event type {kind} ({type(event).__name__}) cannot be decoded; refusing to skip it. "
+        f"If it is a compressed event: {COMPRESSION_FIX}"
+    )
+
+
+def event_start(stream: BinLogStreamReader, event) -> BinlogPosition:
+    """The position where `event` begins (its header's log_pos is where the next one begins)."""
+    return BinlogPosition(stream.log_file, event.packet.log_pos - event.packet.event_size)
+
+
+@dataclass
+class _OpenTxn:
+    gtid: Optional[str]
+    start: BinlogPosition
+    in_begin: bool = False
+
+
+class Puller:
+    """Background thread that keeps a TxnIndex in step with the upstream binlog."""
+
+    def __init__(
+        self,
+        cfg: UpstreamConfig,
+        index: TxnIndex,
+        server_id: int,
+        heartbeat_seconds: float = 1.0,
+        flush_interval: float = 0.2,
+        flush_max_txns: int = 5000,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.cfg = cfg
+        self.index = index
+        self.server_id = server_id
+        self.heartbeat_seconds = heartbeat_seconds
+        self.flush_interval = flush_interval
+        self.flush_max_txns = flush_max_txns
+        self.clock = clock
+        self.error: Optional[BaseException] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._stream: Optional[BinLogStreamReader] = None
+        # The binlog position up to which everything is persisted (for wait_caught_up).
+        self._flushed_position: Optional[BinlogPosition] = None
+        self._progress = threading.Condition()
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> "Puller":
+        self._thread = threading.Thread(target=self._run, name=f"puller-{self.server_id}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: Optional[float] = None) -> None:
+        """Stop after the current event; the blocking read returns at the latest on the next heartbeat."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout if timeout is not None else 3 * self.heartbeat_seconds + 10)
+
+    def wait_caught_up(self, timeout: float = 30.0) -> None:
+        """Block until everything the upstream binlog holds now is in the index (tests, demos)."""
+        conn = self.cfg.connect()
+        try:
+            target = binlog_end(conn)
+        finally:
+            conn.close()
+        deadline = time.monotonic() + timeout
+        with self._progress:
+            while True:
+                if self.error is not None:
+                    raise self.error
+                flushed = self._flushed_position
+                if flushed is not None and flushed.key() >= target.key():
+                    return
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"puller at {flushed}, binlog end {target}")
+                self._progress.wait(min(remaining, 0.1))
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            self._pull()
+        except BaseException as e:  # surfaced through .error
+            if not self._stop.is_set():
+                self.error = e
+        finally:
+            with self._progress:
+                self._progress.notify_all()
+
+    def _bootstrap(self, ctl) -> None:
+        start = binlog_end(ctl)
+        now_ts = tso.compose(int(self.clock() * 1000))
+        tables = []
+        for schema, table in list_tables(ctl):
+            info = read_table_info(ctl, schema, table, now_ts, stable_table_id(schema, table))
+            if info is not None:
+                tables.append(info)
+        self.index.bootstrap(start, now_ts, tables)
+
+    def _pull(self) -> None:
+        ctl = self.cfg.connect()
+        try:
+            if self.index.is_empty():
+                self._bootstrap(ctl)
+            last = self.index.last_txn()
+            position = last.end if last else self.index.start_position()
+            self._last_ts = self.index.resolved_ts()
+            self._tables = {(t.schema, t.table): t for t in self.index.tables_at(self._last_ts)}
+            self._flushed_position = position
+            self._stream = BinLogStreamReader(
+                connection_settings=self.cfg.connection_settings(),
+                server_id=self.server_id,
+                log_file=position.file,
+                log_pos=position.pos,
+                resume_stream=True,
+                blocking=True,
+                slave_heartbeat=self.heartbeat_seconds,
+                only_events=PULLER_EVENTS,
+                filter_non_implemented_events=False,
+                is_mariadb=False,
+                enable_logging=False,
+            )
+            self._loop(self._stream, ctl)
+        finally:
+            ctl.close()
+            if self._stream is not None:
+                self._stream.close()
+
+    def _loop(self, stream: BinLogStreamReader, ctl) -> None:
+        pending_txns: list[TxnRecord] = []
+        pending_ddls: list[DDLEvent] = []
+        pending_versions: list[TableVersion] = []
+        open_txn: Optional[_OpenTxn] = None
+        last_flush = time.monotonic()
+
+        def flush() -> None:
+            # Only called between transactions, so resolved-ts covers exactly the persisted txns.
+            nonlocal pending_txns, pending_ddls, pending_versions, last_flush
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts)
+            pending_txns, pending_ddls, pending_versions = [], [], []
+            last_flush = time.monotonic()
+            with self._progress:
+                self._flushed_position = BinlogPosition(stream.log_file, stream.log_pos)
+                self._progress.notify_all()
+
+        while not self._stop.is_set():
+            event = stream.fetchone()
+            if event is None:
+                continue
+            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+                if open_txn is not None:
+                    raise ErrBinlogUnsupportedEvent(
+                        f"transaction {open_txn.gtid} at {open_txn.start} has no commit event before the next GTID"
+                    )
+                gtid = event.gtid if isinstance(event, MariadbGtidEvent) else str(event.gtid).lower()
+                open_txn = _OpenTxn(gtid, event_start(stream, event))
+            elif isinstance(event, XidEvent):
+                if open_txn is not None:
+                    pending_txns.append(self._close(open_txn, stream, event, False))
+                    open_txn = None
+            elif isinstance(event, QueryEvent) and open_txn is not None:
+                kind = classify(event.query)
+                if kind == "begin":
+                    open_txn.in_begin = True
+                elif kind in ("commit", "rollback") and open_txn.in_begin:
+                    pending_txns.append(self._close(open_txn, stream, event, False))
+                    open_txn = None
+                elif kind == "xa":
+                    raise ErrBinlogUnsupportedEvent(
+                        f"XA transaction at {open_txn.start} is not supported yet; avoid XA on replicated tables"
+                    )
+                elif kind == "statement" and not open_txn.in_begin:
+                    schema = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else (event.schema or "")
+                    ddl = parse_ddl(event.query, schema)
+                    record = self._close(open_txn, stream, event, ddl is not None)
+                    open_txn = None
+                    pending_txns.append(record)
+                    if ddl is not None:
+                        self._record_ddl(ctl, ddl, event.query, schema, record.commit_ts, pending_ddls, pending_versions)
+            elif isinstance(event, XAPrepareEvent):
+                raise ErrBinlogUnsupportedEvent("XA PREPARE in the binlog is not supported yet; avoid XA on replicated tables")
+            elif isinstance(event, NotImplementedEvent):
+                raise unsupported_event(event)
+
+            if open_txn is not None:
+                continue
+            if isinstance(event, HeartbeatLogEvent):
+                # Caught up and between transactions: an idle upstream still makes progress.
+                self._last_ts = max(self._last_ts + 1, tso.compose(int(self.clock() * 1000)))
+                flush()
+            elif isinstance(event, RotateEvent) or (
+                pending_txns
+                and (len(pending_txns) >= self.flush_max_txns or time.monotonic() - last_flush >= self.flush_interval)
+            ):
+                flush()
+
+        if open_txn is None and pending_txns:
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts)
+
+    def _close(self, txn: _OpenTxn, stream: BinLogStreamReader, event, is_ddl: bool) -> TxnRecord:
+        end = BinlogPosition(stream.log_file, event.packet.log_pos)
+        commit_ts = tso.next_after(self._last_ts, event.timestamp)
+        self._last_ts = commit_ts
+        return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl)
+
+    def _record_ddl(self, ctl, ddl: DDL, query: str, default_schema: str, commit_ts: int, ddls: list, versions: list) -> None:
+        def read(schema: str, table: str) -> Optional[TableInfo]:
+            return read_table_info(ctl, schema, table, commit_ts, stable_table_id(schema, table))
+
+        def set_version(schema: str, table: str, info: Optional[TableInfo]) -> None:
+            if info is None and (schema, table) not in self._tables:
+                return
+            versions.append(TableVersion(schema, table, commit_ts, info))
+            if info is None:
+                self._tables.pop((schema, table), None)
+            else:
+                self._tables[(schema, table)] = info
+
+        table_info = pre_table_info = None
+        table = ""
+        if ddl.ddl_type == "drop database":
+            for schema, name in [k for k in self._tables if k[0] == ddl.schema]:
+                set_version(schema, name, None)
+        elif ddl.ddl_type == "rename table":
+            pairs = list(zip(ddl.tables[0::2], ddl.tables[1::2]))
+            for old, _ in pairs:
+                pre_table_info = pre_table_info or self._tables.get(old)
+                set_version(*old, None)
+            for _, new in pairs:
+                set_version(*new, read(*new))
+            table = pairs[0][1][1]
+            table_info = self._tables.get(pairs[0][1])
+            ddl = DDL(ddl.ddl_type, ddl.tables, pairs[0][1][0])
+        elif ddl.ddl_type == "drop table":
+            pre_table_info = self._tables.get(ddl.tables[0])
+            for schema, name in ddl.tables:
+                set_version(schema, name, None)
+            table = ddl.tables[0][1]
+        elif ddl.tables:
+            schema, table = ddl.tables[0]
+            pre_table_info = self._tables.get((schema, table))
+            table_info = read(schema, table)
+            set_version(schema, table, table_info)
+        ddls.append(
+            DDLEvent(
+                commit_ts=commit_ts,
+                schema=ddl.schema,
+                table=table,
+                query=query,
+                ddl_type=ddl.ddl_type,
+                table_info=table_info,
+                pre_table_info=pre_table_info,
+                extra={"default_schema": default_schema},
+            )
+        )

@@ -1,0 +1,148 @@
+"""Reads a table's current definition from information_schema into a `TableInfo`."""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+from sparkcdc.model.events import ColumnInfo, TableInfo
+
+SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+_JSON_CHECK = re.compile(r"json_valid\(`((?:[^`]|``)+)`\)", re.IGNORECASE)
+
+
+def parse_elements(column_type: str) -> tuple[str, ...]:
+    """Members of `enum('a','b,c','it''s')` / `set(...)`, honouring quotes, doubled quotes and commas."""
+    start = column_type.index("(") + 1
+    end = column_type.rindex(")")
+    body = column_type[start:end]
+    elements: list[str] = []
+    i = 0
+    while i < len(body):
+        if body[i] != "'":
+            i += 1
+            continue
+        i += 1
+        chars: list[str] = []
+        while i < len(body):
+            ch = body[i]
+            if ch == "'" and i + 1 < len(body) and body[i + 1] == "'":
+                chars.append("'")
+                i += 2
+            elif ch == "\\" and i + 1 < len(body):
+                chars.append(body[i + 1])
+                i += 2
+            elif ch == "'":
+                i += 1
+                break
+            else:
+                chars.append(ch)
+                i += 1
+        elements.append("".join(chars))
+    return tuple(elements)
+
+
+def _bit_width(column_type: str) -> int:
+    match = re.search(r"\((\d+)\)", column_type)
+    return int(match.group(1)) if match else 1
+
+
+def read_table_info(conn, schema: str, table: str, version: int, table_id: int) -> Optional[TableInfo]:
+    """The table as information_schema shows it now, or None if it does not exist."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, "
+            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, EXTRA "
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
+            (schema, table),
+        )
+        column_rows = cur.fetchall()
+        if not column_rows:
+            return None
+        cur.execute(
+            "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME='PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
+            (schema, table),
+        )
+        index_rows = cur.fetchall()
+        json_columns: set[str] = set()
+        try:
+            cur.execute(
+                "SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS "
+                "WHERE CONSTRAINT_SCHEMA=%s AND TABLE_NAME=%s",
+                (schema, table),
+            )
+            for (clause,) in cur.fetchall():
+                json_columns.update(m.replace("``", "`") for m in _JSON_CHECK.findall(clause or ""))
+        except Exception:  # MySQL < 8.0.16 has no CHECK_CONSTRAINTS; MySQL reports JSON natively
+            pass
+
+    indexes: dict[str, list[str]] = {}
+    unique: dict[str, bool] = {}
+    for index_name, non_unique, column_name in index_rows:
+        indexes.setdefault(index_name, []).append(column_name)
+        unique[index_name] = not int(non_unique)
+    primary = indexes.get("PRIMARY", [])
+
+    columns = []
+    for name, data_type, column_type, is_nullable, charset, char_len, num_prec, num_scale, dt_prec, extra in column_rows:
+        mysql_type = data_type.lower()
+        raw_column_type, column_type = column_type, column_type.lower()
+        if name in json_columns and mysql_type == "longtext":
+            mysql_type = "json"
+        length = precision = scale = None
+        elements: tuple[str, ...] = ()
+        if mysql_type in ("char", "varchar", "binary", "varbinary"):
+            length = int(char_len) if char_len is not None else None
+        elif mysql_type == "bit":
+            length = _bit_width(column_type)
+        elif mysql_type == "decimal":
+            precision, scale = int(num_prec), int(num_scale)
+        elif mysql_type in ("datetime", "timestamp", "time"):
+            scale = int(dt_prec or 0)
+        elif mysql_type in ("enum", "set"):
+            elements = parse_elements(raw_column_type)
+        if mysql_type in ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"):
+            charset = "binary"
+        elif mysql_type == "json":
+            charset = charset or "utf8mb4"
+        extra = (extra or "").upper()
+        columns.append(
+            ColumnInfo(
+                name=name,
+                mysql_type=mysql_type,
+                unsigned="unsigned" in column_type,
+                nullable=is_nullable == "YES",
+                is_primary_key=name in primary,
+                charset=charset,
+                length=length,
+                precision=precision,
+                scale=scale,
+                elements=elements,
+                generated="GENERATED" in extra or "VIRTUAL" in extra or "PERSISTENT" in extra,
+            )
+        )
+
+    by_name = {c.name: c for c in columns}
+    handle_key: tuple[str, ...] = tuple(primary)
+    if not handle_key:
+        for index_name, index_columns in indexes.items():
+            if unique[index_name] and all(
+                not by_name[c].nullable and not by_name[c].generated for c in index_columns if c in by_name
+            ):
+                handle_key = tuple(index_columns)
+                break
+    return TableInfo(schema, table, table_id, tuple(columns), version, handle_key)
+
+
+def list_tables(conn) -> list[tuple[str, str]]:
+    """Every user base table, as (schema, table)."""
+    placeholders = ",".join(["%s"] * len(SYSTEM_SCHEMAS))
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES "
+            f"WHERE TABLE_TYPE='BASE TABLE' AND TABLE_SCHEMA NOT IN ({placeholders}) ORDER BY 1, 2",
+            SYSTEM_SCHEMAS,
+        )
+        return [(s, t) for s, t in cur.fetchall()]

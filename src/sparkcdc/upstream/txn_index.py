@@ -1,0 +1,328 @@
+"""The persisted map between commit-ts and binlog transactions, plus the table versions over time.
+
+One SQLite file in WAL mode: the puller (one writer thread) appends, the Spark source in another
+process reads. Connections are opened per call, so nothing is shared across threads or processes.
+Every append is one SQLite transaction that also stores the new resolved-ts, so a reader never sees
+a resolved-ts covering a transaction that is not there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import sqlite3
+from dataclasses import dataclass
+from typing import Iterator, Optional, Sequence
+
+from sparkcdc.errors import ErrStartTsInvalid
+from sparkcdc.model import tso
+from sparkcdc.model.events import DDLEvent, TableInfo
+from sparkcdc.model.position import BinlogPosition
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS txns (
+    commit_ts INTEGER PRIMARY KEY, gtid TEXT,
+    start_file TEXT NOT NULL, start_pos INTEGER NOT NULL,
+    end_file TEXT NOT NULL, end_pos INTEGER NOT NULL,
+    size INTEGER NOT NULL, is_ddl INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS txns_gtid ON txns (gtid);
+CREATE INDEX IF NOT EXISTS txns_end ON txns (end_file, end_pos);
+CREATE INDEX IF NOT EXISTS txns_start ON txns (start_file, start_pos);
+CREATE TABLE IF NOT EXISTS ddls (
+    commit_ts INTEGER PRIMARY KEY, schema_name TEXT NOT NULL, table_name TEXT NOT NULL,
+    query TEXT NOT NULL, ddl_type TEXT NOT NULL, default_schema TEXT NOT NULL,
+    table_info TEXT, pre_table_info TEXT);
+CREATE TABLE IF NOT EXISTS table_versions (
+    schema_name TEXT NOT NULL, table_name TEXT NOT NULL, version INTEGER NOT NULL,
+    table_info TEXT,  -- NULL is a tombstone: the table was dropped at `version`
+    PRIMARY KEY (schema_name, table_name, version));
+"""
+
+_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
+_MYSQL_GTID = re.compile(r"^(?P<uuid>[0-9a-fA-F-]{36}):(?P<ranges>[\d:-]+)$")
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    """One binlog transaction: where it starts and ends, and the commit-ts we gave it."""
+
+    commit_ts: int
+    gtid: Optional[str]
+    start: BinlogPosition
+    end: BinlogPosition  # position after the commit event
+    size: int  # bytes of binlog the transaction spans
+    is_ddl: bool
+
+
+@dataclass(frozen=True)
+class TableVersion:
+    """A table's definition from `version` on; `info=None` marks it dropped."""
+
+    schema: str
+    table: str
+    version: int
+    info: Optional[TableInfo]
+
+
+class TxnIndex:
+    """Reads and appends the index at `path` (created on first use)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        with self._connect() as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(_SCHEMA)
+
+    @contextlib.contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        conn = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            yield conn
+        finally:
+            conn.close()
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def _meta(self, conn: sqlite3.Connection, key: str) -> Optional[str]:
+        row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def resolved_ts(self) -> int:
+        with self._connect() as conn:
+            return int(self._meta(conn, "resolved_ts") or 0)
+
+    def first_ts(self) -> int:
+        """The resolved-ts the index started at; changefeeds cannot start before it."""
+        with self._connect() as conn:
+            return int(self._meta(conn, "first_ts") or 0)
+
+    def start_position(self) -> Optional[BinlogPosition]:
+        """Where the binlog stood at first_ts()."""
+        with self._connect() as conn:
+            text = self._meta(conn, "start_position")
+        return BinlogPosition.parse(text) if text else None
+
+    def is_empty(self) -> bool:
+        with self._connect() as conn:
+            return self._meta(conn, "first_ts") is None
+
+    @staticmethod
+    def _record(row) -> TxnRecord:
+        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl = row
+        return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl))
+
+    _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl"
+
+    def txns_between(self, lo_exclusive: int, hi_inclusive: int) -> list[TxnRecord]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                f"SELECT {self._TXN_COLUMNS} FROM txns WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts",
+                (lo_exclusive, hi_inclusive),
+            ).fetchall()
+        return [self._record(r) for r in rows]
+
+    def last_txn(self) -> Optional[TxnRecord]:
+        with self._connect() as conn:
+            row = conn.execute(f"SELECT {self._TXN_COLUMNS} FROM txns ORDER BY commit_ts DESC LIMIT 1").fetchone()
+        return self._record(row) if row else None
+
+    def next_ddl_after(self, ts: int) -> Optional[int]:
+        with self._connect() as conn:
+            row = conn.execute("SELECT MIN(commit_ts) FROM ddls WHERE commit_ts > ?", (ts,)).fetchone()
+        return row[0] if row and row[0] is not None else None
+
+    def ddls_between(self, lo_exclusive: int, hi_inclusive: int) -> list[DDLEvent]:
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT commit_ts, schema_name, table_name, query, ddl_type, default_schema, table_info, pre_table_info "
+                "FROM ddls WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts",
+                (lo_exclusive, hi_inclusive),
+            ).fetchall()
+        return [
+            DDLEvent(
+                commit_ts=ts,
+                schema=schema,
+                table=table,
+                query=query,
+                ddl_type=ddl_type,
+                table_info=TableInfo.from_json(info) if info else None,
+                pre_table_info=TableInfo.from_json(pre) if pre else None,
+                extra={"default_schema": default_schema},
+            )
+            for ts, schema, table, query, ddl_type, default_schema, info, pre in rows
+        ]
+
+    def table_info_at(self, schema: str, table: str, ts: int) -> Optional[TableInfo]:
+        """The newest version with version <= ts (None if none or dropped)."""
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT table_info FROM table_versions WHERE schema_name=? AND table_name=? AND version <= ? "
+                "ORDER BY version DESC LIMIT 1",
+                (schema, table, ts),
+            ).fetchone()
+        return TableInfo.from_json(row[0]) if row and row[0] else None
+
+    def tables_at(self, ts: int) -> list[TableInfo]:
+        """Every table existing at ts, in its newest version <= ts."""
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT v.table_info FROM table_versions v JOIN ("
+                "  SELECT schema_name, table_name, MAX(version) AS version FROM table_versions"
+                "  WHERE version <= ? GROUP BY schema_name, table_name) newest"
+                " USING (schema_name, table_name, version)"
+                " WHERE v.table_info IS NOT NULL ORDER BY v.schema_name, v.table_name",
+                (ts,),
+            ).fetchall()
+        return [TableInfo.from_json(r[0]) for r in rows]
+
+    def position_at(self, ts: int) -> Optional[BinlogPosition]:
+        """Where the binlog stands after every txn with commit_ts <= ts (None before first_ts)."""
+        with self._connect() as conn:
+            first = self._meta(conn, "first_ts")
+            if first is None or ts < int(first):
+                return None
+            row = conn.execute(
+                "SELECT end_file, end_pos FROM txns WHERE commit_ts <= ? ORDER BY commit_ts DESC LIMIT 1", (ts,)
+            ).fetchone()
+            if row:
+                return BinlogPosition(row[0], row[1])
+            return BinlogPosition.parse(self._meta(conn, "start_position"))
+
+    def resolve_start(self, text: str) -> int:
+        """A TSO, GTID (set) or FILE:POS -> the commit-ts after which replication starts exactly there."""
+        text = (text or "").strip()
+        first, resolved = self.first_ts(), self.resolved_ts()
+        if first == 0 and resolved == 0:
+            raise ErrStartTsInvalid("the binlog index is empty; wait for the puller to start, then retry")
+        if text in ("", "0"):
+            return resolved
+        if text.isdigit():
+            ts = int(text)
+            if ts < first:
+                raise ErrStartTsInvalid(
+                    f"start-ts {ts} ({tso.format_time(ts)}) is before the first indexed ts {first} "
+                    f"({tso.format_time(first)}); choose a start-ts >= {first}"
+                )
+            return ts
+        if ":" in text and not _MYSQL_GTID.match(text):
+            return self._resolve_position(BinlogPosition.parse(text))
+        return self._resolve_gtid_set(text)
+
+    def _resolve_position(self, position: BinlogPosition) -> int:
+        with self._connect() as conn:
+            if self._meta(conn, "start_position") == str(position):
+                return int(self._meta(conn, "first_ts"))
+            row = conn.execute(
+                "SELECT commit_ts FROM txns WHERE end_file=? AND end_pos=?", (position.file, position.pos)
+            ).fetchone()
+            if row:
+                return row[0]
+            row = conn.execute(
+                "SELECT commit_ts FROM txns WHERE start_file=? AND start_pos=?", (position.file, position.pos)
+            ).fetchone()
+            if row:
+                return row[0] - 1
+        raise ErrStartTsInvalid(
+            f"binlog position {position} is not a transaction boundary known to the index "
+            f"(it starts at {self.start_position()}); give the position after a commit, a GTID or a TSO"
+        )
+
+    def _resolve_gtid_set(self, text: str) -> int:
+        wanted: list[str] = []
+        for part in text.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            if _MARIADB_GTID.match(part):
+                wanted.append(part)
+                continue
+            match = _MYSQL_GTID.match(part)
+            if not match:
+                raise ErrStartTsInvalid(
+                    f"start {text!r} is not a TSO, a GTID (MariaDB 0-1-25, MySQL uuid:1-25) or FILE:POS"
+                )
+            last = max(int(n) for n in re.split(r"[:-]", match["ranges"]) if n)
+            wanted.append(f"{match['uuid'].lower()}:{last}")
+        if not wanted:
+            raise ErrStartTsInvalid(f"start {text!r} names no GTID")
+        best = 0
+        with self._connect() as conn:
+            for gtid in wanted:
+                row = conn.execute("SELECT commit_ts FROM txns WHERE gtid=?", (gtid,)).fetchone()
+                if not row:
+                    raise ErrStartTsInvalid(
+                        f"GTID {gtid} is not in the binlog index (it starts at ts {self._meta(conn, 'first_ts')}); "
+                        "it is older than the index or not executed yet; give a later GTID or a TSO"
+                    )
+                best = max(best, row[0])
+        return best
+
+    # ---- writes (the puller) -----------------------------------------------------------------
+
+    def bootstrap(self, start: BinlogPosition, ts: int, tables: Sequence[TableInfo]) -> None:
+        """Start an empty index at `start`/`ts` with the tables as they are now."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            if self._meta(conn, "first_ts") is not None:
+                conn.execute("ROLLBACK")
+                raise RuntimeError(f"binlog index {self.path} is already bootstrapped")
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)",
+                [("first_ts", str(ts)), ("resolved_ts", str(ts)), ("start_position", str(start))],
+            )
+            self._insert_versions(conn, [TableVersion(t.schema, t.table, ts, t) for t in tables])
+            conn.execute("COMMIT")
+
+    def append(
+        self,
+        txns: Sequence[TxnRecord],
+        ddls: Sequence[DDLEvent],
+        versions: Sequence[TableVersion],
+        resolved_ts: int,
+    ) -> None:
+        """Persist a batch of transactions and move resolved-ts, atomically."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl))
+                        for t in txns
+                    ],
+                )
+                conn.executemany(
+                    "INSERT INTO ddls VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (
+                            d.commit_ts,
+                            d.schema,
+                            d.table,
+                            d.query,
+                            d.ddl_type,
+                            d.extra.get("default_schema", ""),
+                            d.table_info.to_json() if d.table_info else None,
+                            d.pre_table_info.to_json() if d.pre_table_info else None,
+                        )
+                        for d in ddls
+                    ],
+                )
+                self._insert_versions(conn, versions)
+                conn.execute(
+                    "UPDATE meta SET value=? WHERE key='resolved_ts' AND CAST(value AS INTEGER) < ?",
+                    (str(resolved_ts), resolved_ts),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _insert_versions(conn: sqlite3.Connection, versions: Sequence[TableVersion]) -> None:
+        conn.executemany(
+            "INSERT OR REPLACE INTO table_versions VALUES (?, ?, ?, ?)",
+            [(v.schema, v.table, v.version, v.info.to_json() if v.info else None) for v in versions],
+        )
