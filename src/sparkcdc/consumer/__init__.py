@@ -1,0 +1,1 @@
+"""Consumers of sink output: rebuild table contents from what a sink wrote."""

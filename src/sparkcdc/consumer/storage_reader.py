@@ -1,0 +1,336 @@
+"""Rebuild tables from a storage sink's output, following TiCDC's storage consumer
+(docs: ticdc-storage-consumer-dev-guide; cmd/storage-consumer/main.go).
+
+1. Read `<root>/metadata` for the storage checkpoint.
+2. Per table, walk table versions in order with their schema files.
+3. Replay `CDC*` files in index order, skipping rows committed after the checkpoint and
+   transactions already applied (delivery is at-least-once, so files may repeat rows).
+
+Values come back in the canonical text form of `sparkcdc.model.events`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import posixpath
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Iterator, Mapping, Optional
+
+import fsspec
+
+from sparkcdc.config.replica import SinkConfig
+from sparkcdc.errors import ErrSinkUnknownProtocol, ErrStorageIO
+from sparkcdc.model.events import TableInfo
+from sparkcdc.model.tso import LOGICAL_BITS
+from sparkcdc.sink.storage.table_definition import TableDefinition
+
+Row = dict[str, Optional[str]]
+Tables = dict[tuple[str, str], dict[tuple, Row]]
+
+_SCHEMA_FILE = re.compile(r"^schema_(\d+)_(\d{10})\.json$")
+_EXTENSIONS = {"canal-json": "json", "csv": "csv"}
+_BINARY_TYPES = ("BINARY", "VARBINARY", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB")
+
+
+@dataclass
+class _Change:
+    """One decoded row change: op in insert/update/delete, images keyed by column name."""
+
+    op: str
+    commit_ts: Optional[int]
+    before: Optional[Row]
+    after: Optional[Row]
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str
+    type: str  # TiCDC's ColumnType, e.g. "INT UNSIGNED", "VARBINARY", "ENUM"
+    is_pk: bool
+    elements: tuple[str, ...] = ()
+
+    @property
+    def base(self) -> str:
+        return self.type.split(" ")[0]
+
+
+def _file_system():
+    return fsspec.filesystem("file")
+
+
+def checkpoint_ts(root: str) -> int:
+    """The storage checkpoint in `<root>/metadata` (0 when there is none yet)."""
+    fs = _file_system()
+    path = posixpath.join(root, "metadata")
+    if not fs.exists(path):
+        return 0
+    with fs.open(path, "rb") as handle:
+        return int(json.loads(handle.read() or b"{}").get("checkpoint-ts", 0))
+
+
+# -- schema -----------------------------------------------------------------------------
+def _elements_from_query(query: str, column: str) -> tuple[str, ...]:
+    """Enum/set members from the DDL text, since schema files do not list them."""
+    pattern = rf"`?{re.escape(column)}`?\s+(?:enum|set)\s*\(((?:\s*'(?:[^']|'')*'\s*,?)*)\)"
+    match = re.search(pattern, query, re.IGNORECASE)
+    if not match:
+        return ()
+    return tuple(m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", match.group(1)))
+
+
+def _columns(definition: TableDefinition, known: Optional[TableInfo]) -> list[_Column]:
+    known_elements = {c.name: c.elements for c in known.columns} if known else {}
+    result = []
+    for raw in definition.columns:
+        name = raw["ColumnName"]
+        column_type = raw["ColumnType"]
+        elements: tuple[str, ...] = ()
+        if column_type.split(" ")[0] in ("ENUM", "SET"):
+            elements = known_elements.get(name) or _elements_from_query(definition.query, name)
+        result.append(_Column(name, column_type, raw.get("ColumnIsPk") == "true", elements))
+    return result
+
+
+# -- value conversion -------------------------------------------------------------------
+def _float_canonical(text: str) -> str:
+    number = Decimal(text)
+    if number.is_zero():
+        return "-0" if text.startswith("-") else "0"
+    return format(number.normalize(), "f")
+
+
+def _csv_value(column: _Column, text: Optional[str], csv) -> Optional[str]:
+    if text is None:
+        return None
+    if column.base in _BINARY_TYPES:
+        raw = bytes.fromhex(text) if csv.binary_encoding_method == "hex" else base64.b64decode(text)
+        return raw.decode("latin-1")
+    if column.base in ("FLOAT", "DOUBLE"):
+        return _float_canonical(text)
+    return text
+
+
+def _canal_value(column: _Column, text: Optional[str]) -> Optional[str]:
+    if text is None:
+        return None
+    if column.base in ("ENUM", "SET") and not column.elements and text != "0":
+        raise ErrStorageIO(
+            f"column {column.name} is {column.base} but its members are unknown; pass table_infos"
+        )
+    if column.base == "ENUM":
+        index = int(text)
+        return "" if index == 0 else column.elements[index - 1]
+    if column.base == "SET":
+        mask = int(text)
+        return ",".join(e for i, e in enumerate(column.elements) if mask & (1 << i))
+    return text
+
+
+# -- decoding ---------------------------------------------------------------------------
+def _csv_records(text: str, csv, terminator: str) -> Iterator[list[Optional[str]]]:
+    """Split TiCDC CSV into records; an unquoted null string is NULL."""
+    delimiter, quote, null = csv.delimiter, csv.quote, csv.null
+    i, n = 0, len(text)
+    while i < n:
+        fields: list[Optional[str]] = []
+        while True:
+            if quote and text.startswith(quote, i):
+                i += len(quote)
+                parts = []
+                while True:
+                    j = text.find(quote, i)
+                    if j < 0:
+                        raise ErrStorageIO("unterminated quoted CSV field")
+                    parts.append(text[i:j])
+                    i = j + len(quote)
+                    if text.startswith(quote, i):
+                        parts.append(quote)
+                        i += len(quote)
+                        continue
+                    break
+                fields.append("".join(parts))
+            else:
+                ends = [p for p in (text.find(delimiter, i), text.find(terminator, i)) if p >= 0]
+                j = min(ends) if ends else n
+                raw = text[i:j]
+                fields.append(None if raw == null else raw)
+                i = j
+            if text.startswith(delimiter, i):
+                i += len(delimiter)
+                continue
+            if text.startswith(terminator, i):
+                i += len(terminator)
+            break
+        yield fields
+
+
+def _decode_csv(text: str, columns: list[_Column], sink: SinkConfig) -> Iterator[_Change]:
+    csv = sink.csv
+    records = list(_csv_records(text, csv, sink.terminator))
+    if csv.output_field_header and records and records[0] and records[0][0] == "ticdc-meta$operation":
+        records = records[1:]
+    meta = 3 + csv.include_commit_ts + csv.output_old_value + csv.output_handle_key
+    pending_update_delete: Optional[_Change] = None
+    for record in records:
+        op = record[0]
+        commit_ts = int(record[3]) if csv.include_commit_ts else None
+        is_update = csv.output_old_value and record[3 + csv.include_commit_ts] == "true"
+        values = {
+            c.name: _csv_value(c, v, csv) for c, v in zip(columns, record[meta:])
+        }
+        if op == "D" and is_update:
+            pending_update_delete = _Change("update", commit_ts, values, None)
+            continue
+        if op == "I" and is_update and pending_update_delete is not None:
+            pending_update_delete.after = values
+            yield pending_update_delete
+            pending_update_delete = None
+            continue
+        if op == "I":
+            yield _Change("insert", commit_ts, None, values)
+        elif op == "U":
+            yield _Change("update", commit_ts, None, values)
+        elif op == "D":
+            yield _Change("delete", commit_ts, values, None)
+        else:
+            raise ErrStorageIO(f"unknown CSV operation {op!r}")
+
+
+def _decode_canal_json(text: str, columns: list[_Column], sink: SinkConfig) -> Iterator[_Change]:
+    by_name = {c.name: c for c in columns}
+
+    def convert(image: Optional[dict]) -> Optional[Row]:
+        if image is None:
+            return None
+        return {k: _canal_value(by_name[k], v) if k in by_name else v for k, v in image.items()}
+
+    for line in text.split(sink.terminator):
+        if not line.strip():
+            continue
+        message = json.loads(line)
+        if message.get("isDdl") or message.get("type") not in ("INSERT", "UPDATE", "DELETE"):
+            continue
+        extension = message.get("_tidb") or {}
+        commit_ts = extension.get("commitTs")
+        if commit_ts is None and "es" in message:
+            commit_ts = int(message["es"]) << LOGICAL_BITS  # only millisecond precision
+        data = convert((message.get("data") or [None])[0])
+        old = convert((message.get("old") or [None])[0])
+        kind = message["type"]
+        if kind == "INSERT":
+            yield _Change("insert", commit_ts, None, data)
+        elif kind == "DELETE":
+            yield _Change("delete", commit_ts, data, None)
+        else:
+            before = dict(data or {})
+            before.update(old or {})  # `old` may hold only the changed columns
+            yield _Change("update", commit_ts, before, data)
+
+
+# -- layout -----------------------------------------------------------------------------
+def _list_dirs(fs, path: str) -> list[str]:
+    if not fs.exists(path):
+        return []
+    return sorted(posixpath.basename(p["name"].rstrip("/")) for p in fs.ls(path, detail=True)
+                  if p["type"] == "directory")
+
+
+def _schema_definitions(fs, table_dir: str) -> dict[int, TableDefinition]:
+    meta = posixpath.join(table_dir, "meta")
+    result: dict[int, TableDefinition] = {}
+    if not fs.exists(meta):
+        return result
+    for path in fs.ls(meta, detail=False):
+        match = _SCHEMA_FILE.match(posixpath.basename(path))
+        if match:
+            with fs.open(path, "rb") as handle:
+                result[int(match.group(1))] = TableDefinition.from_json(handle.read().decode())
+    return result
+
+
+def _data_files(fs, version_dir: str, extension: str) -> list[str]:
+    """CDC files of one table version in order: by date/partition dir, then index."""
+    pattern = re.compile(rf"^CDC(\d+)\.{extension}$")
+    found = []
+    for path in fs.find(version_dir):
+        relative = posixpath.relpath(path, version_dir)
+        directory, name = posixpath.split(relative)
+        match = pattern.match(name)
+        if match and "meta" not in directory.split("/"):
+            found.append((directory, int(match.group(1)), path))
+    return [path for _, _, path in sorted(found)]
+
+
+def _handle_key(columns: list[_Column], known: Optional[TableInfo]) -> tuple[str, ...]:
+    if known is not None and known.handle_key:
+        return known.handle_key
+    pk = tuple(c.name for c in columns if c.is_pk)
+    return pk or tuple(c.name for c in columns)
+
+
+def rebuild_tables(
+    root: str,
+    protocol: str,
+    sink: Optional[SinkConfig] = None,
+    table_infos: Optional[Mapping[tuple[str, str], TableInfo]] = None,
+) -> Tables:
+    """(schema, table) -> {handle key tuple -> row} as of the storage checkpoint.
+
+    `table_infos` optionally supplies what schema files lack: enum/set members (else parsed
+    from the DDL query) and a non-PK handle key (else the PK, else all columns).
+    """
+    extension = _EXTENSIONS.get(protocol)
+    if extension is None:
+        raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
+    sink = sink or SinkConfig(protocol=protocol)
+    decode = _decode_csv if protocol == "csv" else _decode_canal_json
+    fs = _file_system()
+    checkpoint = checkpoint_ts(root)
+    table_infos = table_infos or {}
+    result: Tables = {}
+    for schema in _list_dirs(fs, root):
+        schema_dir = posixpath.join(root, schema)
+        for table in _list_dirs(fs, schema_dir):
+            if table == "meta":
+                continue
+            table_dir = posixpath.join(schema_dir, table)
+            definitions = _schema_definitions(fs, table_dir)
+            versions = sorted(int(v) for v in _list_dirs(fs, table_dir) if v.isdigit())
+            rows = result.setdefault((schema, table), {})
+            applied_upto = -1  # commit-ts of the newest transaction already applied
+            for version in versions:
+                usable = [v for v in definitions if v <= version]
+                if not usable:
+                    raise ErrStorageIO(f"{table_dir}/{version} has data but no schema file")
+                definition = definitions[max(usable)]
+                known = table_infos.get((schema, table))
+                columns = _columns(definition, known)
+                key_columns = _handle_key(columns, known)
+                for path in _data_files(fs, posixpath.join(table_dir, str(version)), extension):
+                    with fs.open(path, "rb") as handle:
+                        text = handle.read().decode("utf-8")
+                    newest = applied_upto
+                    for change in decode(text, columns, sink):
+                        ts = change.commit_ts
+                        if ts is not None:
+                            if ts > checkpoint or ts <= applied_upto:
+                                continue  # not yet checkpointed, or a replay
+                            newest = max(newest, ts)
+                        _apply(rows, change, key_columns)
+                    applied_upto = newest
+    return result
+
+
+def _apply(rows: dict[tuple, Row], change: _Change, key_columns: tuple[str, ...]) -> None:
+    def key(image: Row) -> tuple:
+        return tuple(image.get(c) for c in key_columns)
+
+    if change.before is not None:
+        rows.pop(key(change.before), None)
+    if change.after is not None:
+        if change.op == "update" and change.before is None:
+            rows.pop(key(change.after), None)  # csv without old value: an upsert
+        rows[key(change.after)] = dict(change.after)

@@ -1,0 +1,1 @@
+"""Sinks: wire codecs (`sink.codec`) and the storage sink (`sink.storage`)."""

@@ -1,0 +1,265 @@
+"""Canal-JSON as TiCDC writes it (pkg/sink/codec/canal/canal_json_row_event_encoder.go).
+
+One JSON object per row, field order `id, database, table, pkNames, isDdl, type, es, ts, sql,
+sqlType, mysqlType, old, data[, _tidb]`. Every value is a JSON string or null. Enum and set
+are written as their numbers and bit as an unsigned integer (the mounter's values); binary
+bytes as ISO-8859-1 text, which the canonical value form already is.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, Sequence
+
+from sparkcdc.config.replica import SinkConfig
+from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
+from sparkcdc.model.tso import physical_ms
+from sparkcdc.sink.codec import gojson
+from sparkcdc.sink.codec.mysqltypes import (
+    display_length,
+    enum_index,
+    is_binary,
+    set_mask,
+    type_name,
+)
+
+WATERMARK_TYPE = "TIDB_WATERMARK"
+
+# java.sql.Types codes (pkg/sink/codec/internal/java.go MySQLType2JavaType).
+JAVA_BIT, JAVA_TINYINT, JAVA_SMALLINT, JAVA_INTEGER, JAVA_BIGINT = -7, -6, 5, 4, -5
+JAVA_REAL, JAVA_DOUBLE, JAVA_DECIMAL, JAVA_CHAR, JAVA_VARCHAR = 7, 8, 3, 1, 12
+JAVA_DATE, JAVA_TIME, JAVA_TIMESTAMP, JAVA_BINARY, JAVA_BLOB, JAVA_CLOB = 91, 92, 93, -2, 2004, 2005
+
+_JAVA_BY_TYPE = {
+    "tinyint": JAVA_TINYINT,
+    "smallint": JAVA_SMALLINT,
+    "mediumint": JAVA_INTEGER,
+    "int": JAVA_INTEGER,
+    "bigint": JAVA_BIGINT,
+    "float": JAVA_REAL,
+    "double": JAVA_DOUBLE,
+    "decimal": JAVA_DECIMAL,
+    "timestamp": JAVA_TIMESTAMP,
+    "datetime": JAVA_TIMESTAMP,
+    "date": JAVA_DATE,
+    "time": JAVA_TIME,
+    "year": JAVA_VARCHAR,
+    "enum": JAVA_INTEGER,
+    "set": JAVA_BIT,
+    "bit": JAVA_BIT,
+    "json": JAVA_VARCHAR,
+    "geometry": JAVA_BINARY,
+    "char": JAVA_CHAR,
+    "varchar": JAVA_VARCHAR,
+}
+# Unsigned values above the signed maximum move up one Java type (canal's LogEventConvert).
+_UNSIGNED_PROMOTION = {
+    "tinyint": (127, JAVA_SMALLINT),
+    "smallint": (32767, JAVA_INTEGER),
+    "int": (2**31 - 1, JAVA_BIGINT),
+    "bigint": (2**63 - 1, JAVA_DECIMAL),
+}
+
+# Canal EventType of a DDL, keyed by TiDB action name (canal_entry.go convertDdlEventType).
+_DDL_EVENT_TYPE = {
+    "create table": "CREATE",
+    "rename table": "RENAME",
+    "rename tables": "RENAME",
+    "add index": "CINDEX",
+    "create index": "CINDEX",
+    "add foreign key": "CINDEX",
+    "add primary key": "CINDEX",
+    "drop index": "DINDEX",
+    "drop foreign key": "DINDEX",
+    "drop primary key": "DINDEX",
+    "drop table": "ERASE",
+    "truncate table": "TRUNCATE",
+}
+_ALTER_ACTIONS = frozenset(
+    {
+        "add column", "drop column", "modify column", "rebase auto id", "rebase auto_increment id",
+        "set default value", "modify table comment", "rename index", "add partition",
+        "add table partition", "drop partition", "drop table partition",
+        "modify table charset and collate", "truncate partition", "truncate table partition",
+        "alter index visibility", "multi-schema change", "multi schema change",
+        "reorganize partition", "reorganize table partition",
+        "alter table reorganize partition", "alter table partition by",
+        "alter table partitioning", "remove partitioning", "alter table remove partitioning",
+        "add columns", "drop columns", "add multi-columns", "drop multi-columns", "alter table",
+    }
+)
+
+
+def ddl_event_type(ddl_type: str) -> str:
+    """Canal's event type name for a DDL (`QUERY` when canal has no closer one)."""
+    action = ddl_type.lower()
+    if action in _DDL_EVENT_TYPE:
+        return _DDL_EVENT_TYPE[action]
+    if action in _ALTER_ACTIONS:
+        return "ALTER"
+    return "QUERY"
+
+
+def mysql_type(col: ColumnInfo, full: bool) -> str:
+    """`mysqlType` entry: bare name (`int unsigned`), or the full type with content-compatible."""
+    name = type_name(col)
+    if full:
+        name = name + _type_params(col, name)
+    if col.unsigned and name.split("(")[0] not in ("bit", "year"):
+        name += " unsigned"
+    return name
+
+
+def _type_params(col: ColumnInfo, name: str) -> str:
+    if name in ("enum", "set"):
+        return "(" + ",".join("'" + e.replace("'", "''") + "'" for e in col.elements) + ")"
+    if name in ("datetime", "timestamp", "time"):
+        return f"({col.scale})" if col.scale else ""
+    if name == "decimal":
+        precision = col.precision if col.precision is not None else 10
+        return f"({precision},{col.scale or 0})"
+    if name in ("float", "double") or name.endswith(("blob", "text")) or name in ("json", "date"):
+        return ""
+    length = display_length(col)
+    return f"({length})" if length is not None else ""
+
+
+def java_type(col: ColumnInfo, value: Value) -> int:
+    name = type_name(col)
+    binary = is_binary(col)
+    if name.endswith("blob") or name.endswith("text"):
+        return JAVA_BLOB if binary else JAVA_CLOB
+    if name in ("char", "varchar", "binary", "varbinary"):
+        if binary:
+            return JAVA_BLOB
+        return JAVA_CHAR if name == "char" else JAVA_VARCHAR
+    java = _JAVA_BY_TYPE.get(name, JAVA_VARCHAR)
+    if col.unsigned and value is not None and name in _UNSIGNED_PROMOTION:
+        limit, promoted = _UNSIGNED_PROMOTION[name]
+        if int(value) > limit:
+            return promoted
+    return java
+
+
+def canal_value(col: ColumnInfo, value: str) -> str:
+    """The canonical text turned into what canal-json writes for this column."""
+    name = type_name(col)
+    if name == "enum":
+        return str(enum_index(col, value))
+    if name == "set":
+        return str(set_mask(col, value))
+    return value
+
+
+class CanalJSONEncoder:
+    """Canal-JSON rows for storage files (TiCDC's JSONTxnEventEncoder) and MQ messages."""
+
+    file_extension = "json"
+
+    def __init__(self, sink: SinkConfig, clock: Callable[[], float] = time.time):
+        self._sink = sink
+        self._clock = clock
+        self._terminator = sink.terminator.encode()
+        self._full_types = sink.content_compatible
+        # TiCDC turns on only-output-updated-columns whenever content-compatible is set.
+        self._only_updated = sink.only_output_updated_columns or sink.content_compatible
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def encode_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> bytes:
+        out = bytearray()
+        for row in rows:
+            out += self.encode_row(table, row).encode()
+            out += self._terminator
+        return bytes(out)
+
+    def encode_row(self, table: TableInfo, row: RowChange) -> str:
+        columns = table.columns
+        only_handle_key = row.op == "delete" and self._sink.delete_only_output_handle_key_columns
+        keep = [
+            not only_handle_key or c.name in table.handle_key for c in columns
+        ]
+        image = row.before if row.op == "delete" else row.after
+        assert image is not None
+        pk_names = table.primary_key
+        parts = [
+            '{"id":0',
+            '"database":' + gojson.quote(table.schema),
+            '"table":' + gojson.quote(table.table),
+            '"pkNames":' + (gojson.dumps(list(pk_names)) if pk_names else "null"),
+            '"isDdl":false',
+            '"type":' + gojson.quote(row.op.upper()),
+            f'"es":{physical_ms(row.commit_ts)}',
+            f'"ts":{self._now_ms()}',
+            '"sql":""',
+        ]
+        sql_types = [
+            gojson.quote(c.name) + ":" + str(java_type(c, v))
+            for c, v, k in zip(columns, image, keep)
+            if k
+        ]
+        mysql_types = [
+            gojson.quote(c.name) + ":" + gojson.quote(mysql_type(c, self._full_types))
+            for c, k in zip(columns, keep)
+            if k
+        ]
+        parts.append('"sqlType":' + ("{" + ",".join(sql_types) + "}" if sql_types else "null"))
+        parts.append('"mysqlType":{' + ",".join(mysql_types) + "}")
+        if row.op == "update":
+            assert row.before is not None and row.after is not None
+            old_keep = keep
+            if self._only_updated:
+                old_keep = [k and b != a for k, b, a in zip(keep, row.before, row.after)]
+            parts.append('"old":' + self._fill(columns, row.before, old_keep))
+            parts.append('"data":' + self._fill(columns, row.after, keep))
+        else:
+            parts.append('"old":null')
+            parts.append('"data":' + self._fill(columns, image, keep))
+        text = ",".join(parts)
+        if self._sink.enable_tidb_extension:
+            text += ',"_tidb":{"commitTs":' + str(row.commit_ts) + "}"
+        return text + "}"
+
+    @staticmethod
+    def _fill(columns: Sequence[ColumnInfo], values: Sequence[Value], keep: Sequence[bool]) -> str:
+        if not columns:
+            return "null"
+        fields = []
+        for col, value, k in zip(columns, values, keep):
+            if not k:
+                continue
+            rendered = "null" if value is None else gojson.quote(canal_value(col, value))
+            fields.append(gojson.quote(col.name) + ":" + rendered)
+        return "[{" + ",".join(fields) + "}]"
+
+    def _message(self, schema: str, table: str, is_ddl: bool, event_type: str, ts: int,
+                 query: str, extension: Optional[dict]) -> bytes:
+        message = {
+            "id": 0,
+            "database": schema,
+            "table": table,
+            "pkNames": None,
+            "isDdl": is_ddl,
+            "type": event_type,
+            "es": physical_ms(ts),
+            "ts": self._now_ms(),
+            "sql": query,
+            "sqlType": None,
+            "mysqlType": None,
+            "data": None,
+            "old": None,
+        }
+        if extension is not None:
+            message["_tidb"] = extension
+        return gojson.dumps(message).encode() + self._terminator
+
+    def encode_ddl(self, ddl: DDLEvent) -> Optional[bytes]:
+        extension = {"commitTs": ddl.commit_ts} if self._sink.enable_tidb_extension else None
+        return self._message(ddl.schema, ddl.table, True, ddl_event_type(ddl.ddl_type),
+                             ddl.commit_ts, ddl.query, extension)
+
+    def encode_watermark(self, ts: int) -> Optional[bytes]:
+        if not self._sink.enable_tidb_extension:
+            return None
+        return self._message("", "", False, WATERMARK_TYPE, ts, "", {"watermarkTs": ts})

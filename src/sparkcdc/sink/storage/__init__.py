@@ -1,0 +1,6 @@
+"""The storage sink: TiCDC's cloud-storage layout, written through fsspec."""
+
+from sparkcdc.sink.storage.uri import StorageTarget, parse_storage_uri
+from sparkcdc.sink.storage.writer import StorageSink
+
+__all__ = ["StorageSink", "StorageTarget", "parse_storage_uri"]

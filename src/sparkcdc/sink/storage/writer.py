@@ -1,0 +1,226 @@
+"""The storage sink: TiCDC's cloud-storage layout (cdc/sink/dmlsink/cloudstorage, path.go).
+
+    <root>/<schema>/<table>/<tableVersion>[/<date>]/CDC<index>.<ext>
+    <root>/<schema>/<table>/<tableVersion>[/<date>]/meta/CDC.index   (name of the newest file)
+    <root>/<schema>/<table>/meta/schema_<tableVersion>_<crc10>.json
+    <root>/<schema>/meta/schema_<version>_<crc10>.json                (database DDL)
+    <root>/metadata                                                   {"checkpoint-ts":...}
+
+Files are write-once and appear atomically (written under a hidden temp name, then renamed).
+Rows are buffered per table version; a buffer becomes a file on flush(), or as soon as it
+reaches file-size after a whole transaction, so a transaction never spans two files.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+from sparkcdc.config.replica import SinkConfig
+from sparkcdc.errors import ErrStorageIO
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.sink.codec import make_encoder
+from sparkcdc.sink.storage.table_definition import TableDefinition
+from sparkcdc.sink.storage.uri import parse_storage_uri
+
+INDEX_FILE = "meta/CDC.index"
+METADATA_FILE = "metadata"
+_DATE_FORMATS = {"year": "%Y", "month": "%Y-%m", "day": "%Y-%m-%d"}
+
+
+def data_file_name(index: int, extension: str, width: int) -> str:
+    return f"CDC{index:0{width}d}.{extension}"
+
+
+@dataclass
+class _Buffer:
+    table: TableInfo
+    chunks: list[bytes] = field(default_factory=list)
+    size: int = 0
+
+
+@dataclass
+class _FileIndex:
+    date: str
+    index: int
+
+
+class StorageSink:
+    """Writes row changes, schema files and the checkpoint of one changefeed to storage."""
+
+    def __init__(self, uri: str, sink: SinkConfig, clock: Callable[[], float] = time.time):
+        self.target = parse_storage_uri(uri, sink)
+        self.sink = self.target.sink
+        self._clock = clock
+        self._fs = self.target.filesystem()
+        self._root = self.target.root
+        self._encoder = make_encoder(self.sink.protocol, self.sink, clock)
+        self._extension = self._encoder.file_extension
+        self._buffers: dict[tuple[str, str, int], _Buffer] = {}
+        self._dir_versions: dict[tuple[str, str, int], int] = {}
+        self._file_indexes: dict[tuple[str, str, int], _FileIndex] = {}
+        self._closed = False
+
+    # -- paths and IO ---------------------------------------------------------------------
+    def _path(self, relative: str) -> str:
+        return posixpath.join(self._root, relative)
+
+    def _write_atomic(self, relative: str, data: bytes) -> None:
+        path = self._path(relative)
+        directory, name = posixpath.split(path)
+        temp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            self._fs.makedirs(directory, exist_ok=True)
+            with self._fs.open(temp, "wb") as handle:
+                handle.write(data)
+            self._fs.mv(temp, path)
+        except OSError as exc:
+            raise ErrStorageIO(f"cannot write {path}: {exc}; check the sink path and its permissions") from exc
+
+    def _read(self, relative: str) -> Optional[bytes]:
+        path = self._path(relative)
+        try:
+            if not self._fs.exists(path):
+                return None
+            with self._fs.open(path, "rb") as handle:
+                return handle.read()
+        except OSError as exc:
+            raise ErrStorageIO(f"cannot read {path}: {exc}") from exc
+
+    def _date(self) -> str:
+        fmt = _DATE_FORMATS.get(self.sink.date_separator)
+        return time.strftime(fmt, time.localtime(self._clock())) if fmt else ""
+
+    # -- schema files ---------------------------------------------------------------------
+    def _check_or_write_schema(self, table: TableInfo) -> int:
+        """The version directory for rows of this table version (TiCDC's CheckOrWriteSchema)."""
+        key = (table.schema, table.table, table.version)
+        if key in self._dir_versions:
+            return self._dir_versions[key]
+        output_ids = self.sink.cloud_storage_config.output_column_id
+        definition = TableDefinition.from_table_info(table, table.version, output_column_id=output_ids)
+        schema_path = definition.file_path()
+        version = table.version
+        if not self._fs.exists(self._path(schema_path)):
+            meta_dir = self._path(f"{table.schema}/{table.table}/meta")
+            suffix = f"_{definition.checksum():010d}.json"
+            existing = self._fs.glob(posixpath.join(meta_dir, "schema_*.json")) if self._fs.exists(meta_dir) else []
+            same_schema = [
+                int(posixpath.basename(p)[len("schema_"):-len(suffix)])
+                for p in existing
+                if p.endswith(suffix)
+            ]
+            if same_schema:
+                # An identical schema is already stored: TiCDC keeps using its version dir.
+                version = max(same_schema)
+            else:
+                self._write_atomic(schema_path, definition.to_json().encode())
+        self._dir_versions[key] = version
+        return version
+
+    def write_ddl(self, ddl: DDLEvent) -> None:
+        """Write the schema file of the table version (or database) the DDL creates."""
+        output_ids = self.sink.cloud_storage_config.output_column_id
+        info = ddl.table_info or ddl.pre_table_info
+        if ddl.table and info is not None:
+            definition = TableDefinition.from_table_info(
+                info, ddl.commit_ts, ddl.query, TableDefinition.from_ddl(ddl).type, output_ids
+            )
+        else:
+            definition = TableDefinition.from_ddl(ddl, output_ids)
+        self._write_atomic(definition.file_path(), definition.to_json().encode())
+        if ddl.table and ddl.table_info is not None:
+            self._dir_versions[(ddl.schema, ddl.table, ddl.commit_ts)] = ddl.commit_ts
+
+    # -- data files -----------------------------------------------------------------------
+    def _data_dir(self, table: TableInfo, version: int, date: str) -> str:
+        parts = [table.schema, table.table, str(version)]
+        if date:
+            parts.append(date)
+        return "/".join(parts)
+
+    def _next_index(self, key: tuple[str, str, int], directory: str, date: str) -> int:
+        state = self._file_indexes.get(key)
+        if state is None or state.date != date:
+            state = _FileIndex(date, self._last_index_on_storage(directory))
+            self._file_indexes[key] = state
+        state.index += 1
+        # Never overwrite a file another process left behind.
+        while self._fs.exists(self._path(f"{directory}/{data_file_name(state.index, self._extension, self.sink.file_index_digit)}")):
+            state.index += 1
+        return state.index
+
+    def _last_index_on_storage(self, directory: str) -> int:
+        raw = self._read(f"{directory}/{INDEX_FILE}")
+        if raw is None:
+            return 0
+        name = raw.decode().strip()
+        digits = name[3:].split(".", 1)[0]
+        if not name.startswith("CDC") or not digits.isdigit():
+            raise ErrStorageIO(f"{directory}/{INDEX_FILE} holds {name!r}, not a data file name")
+        last = int(digits)
+        last_path = self._path(f"{directory}/{name}")
+        if self._fs.exists(last_path) and self._fs.size(last_path) > 0:
+            return last
+        return last - 1  # the named file never got written: reuse its number
+
+    def _write_buffer(self, key: tuple[str, str, int]) -> None:
+        buffer = self._buffers.pop(key, None)
+        if buffer is None or not buffer.chunks:
+            return
+        table = buffer.table
+        version = self._check_or_write_schema(table)
+        date = self._date()
+        directory = self._data_dir(table, version, date)
+        index = self._next_index(key, directory, date)
+        name = data_file_name(index, self._extension, self.sink.file_index_digit)
+        header = getattr(self._encoder, "header", None)
+        prefix = header(table) if header else b""
+        self._write_atomic(f"{directory}/{name}", prefix + b"".join(buffer.chunks))
+        self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode())
+
+    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
+        """Buffer rows (ordered by commit_ts, seq; whole transactions) of one table version."""
+        if not rows:
+            return
+        key = (table.schema, table.table, table.version)
+        file_size = self.sink.cloud_storage_config.file_size
+        start = 0
+        for end in range(1, len(rows) + 1):
+            if end < len(rows) and rows[end].commit_ts == rows[start].commit_ts:
+                continue
+            encoded = self._encoder.encode_rows(table, rows[start:end])
+            buffer = self._buffers.setdefault(key, _Buffer(table))
+            buffer.table = table
+            buffer.chunks.append(encoded)
+            buffer.size += len(encoded)
+            if buffer.size >= file_size:
+                self._write_buffer(key)
+            start = end
+
+    def flush(self) -> None:
+        """Write every buffered row into complete data files."""
+        for key in list(self._buffers):
+            self._write_buffer(key)
+
+    # -- checkpoint -----------------------------------------------------------------------
+    def write_checkpoint(self, ts: int) -> None:
+        """Record the storage checkpoint; it never moves backwards. Call only after flush()."""
+        raw = self._read(METADATA_FILE)
+        if raw:
+            try:
+                current = int(json.loads(raw).get("checkpoint-ts", 0))
+            except (ValueError, AttributeError):
+                current = 0
+            if current >= ts:
+                return
+        self._write_atomic(METADATA_FILE, ('{"checkpoint-ts":%d}' % ts).encode())
+
+    def close(self) -> None:
+        if not self._closed:
+            self.flush()
+            self._closed = True

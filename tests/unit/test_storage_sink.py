@@ -1,0 +1,185 @@
+"""The storage sink's layout and the storage consumer, round-tripped through a temp dir."""
+
+import json
+import os
+import time
+
+import pytest
+
+from test_codec_fixtures import FULL, NULLS, TABLE, TS1, TS2, TS3, UPDATED
+from sparkcdc.config.replica import SinkConfig
+from sparkcdc.consumer.storage_reader import checkpoint_ts, rebuild_tables
+from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkUnsupported, ErrSinkURIInvalid
+from sparkcdc.model.events import DDLEvent, RowChange
+from sparkcdc.model.tso import compose
+from sparkcdc.sink.storage import StorageSink, parse_storage_uri
+from sparkcdc.sink.storage.table_definition import TableDefinition
+
+NOW = time.mktime((2024, 3, 1, 12, 0, 0, 0, 0, -1))  # local time, like TiCDC's date dirs
+CLOCK = lambda: NOW  # noqa: E731
+V = TABLE.version
+
+
+def row(ts, op, before=None, after=None, seq=0):
+    return RowChange(ts, "db", "all_types", op, before=before, after=after, seq=seq)
+
+
+def with_id(values, new_id):
+    return (new_id,) + tuple(values[1:])
+
+
+def sink_config(protocol):
+    sink = SinkConfig(protocol=protocol, enable_tidb_extension=True)
+    sink.csv.include_commit_ts = True
+    return sink
+
+
+# -- URI ------------------------------------------------------------------------------
+def test_uri_overrides_config_and_validates(tmp_path):
+    target = parse_storage_uri(
+        f"file://{tmp_path}?protocol=csv&worker-count=4&flush-interval=3s&file-size=1048576"
+        "&file-index-digit=6&date-separator=none&enable-tidb-extension=true",
+        SinkConfig(protocol="canal-json"),
+    )
+    assert target.root == str(tmp_path) and target.protocol == "csv"
+    assert target.sink.cloud_storage_config.worker_count == 4
+    assert target.sink.file_index_digit == 6 and target.sink.date_separator == "none"
+    assert "protocol" in target.overridden and target.flush_interval_seconds == 3
+    assert parse_storage_uri(str(tmp_path), SinkConfig(protocol="csv")).root == str(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "query,error",
+    [
+        ("protocol=avro", ErrSinkUnknownProtocol),
+        ("", ErrSinkUnknownProtocol),
+        ("protocol=csv&worker-count=0", ErrSinkURIInvalid),
+        ("protocol=csv&flush-interval=1s", ErrSinkURIInvalid),
+        ("protocol=csv&flush-interval=11m", ErrSinkURIInvalid),
+        ("protocol=csv&file-size=100", ErrSinkURIInvalid),
+        ("protocol=csv&flush-concurrency=513", ErrSinkURIInvalid),
+        ("protocol=csv&file-index-digit=5", ErrSinkURIInvalid),
+        ("protocol=csv&bogus=1", ErrSinkURIInvalid),
+    ],
+)
+def test_uri_rejects(query, error):
+    with pytest.raises(error):
+        parse_storage_uri("file:///tmp/x?" + query, SinkConfig())
+
+
+def test_remote_schemes_not_supported_yet():
+    for scheme in ("s3", "gcs", "azblob"):
+        with pytest.raises(ErrSinkUnsupported, match="not supported yet"):
+            parse_storage_uri(f"{scheme}://bucket/p?protocol=csv", SinkConfig())
+
+
+# -- layout ---------------------------------------------------------------------------
+def test_layout_schema_index_and_checkpoint(tmp_path):
+    sink = StorageSink(f"file://{tmp_path}?protocol=csv&file-index-digit=6", sink_config("csv"), CLOCK)
+    sink.write_rows(TABLE, [row(TS1, "insert", after=FULL)])
+    sink.flush()
+    sink.write_rows(TABLE, [row(TS2, "delete", before=FULL)])
+    sink.flush()
+    sink.write_checkpoint(TS2)
+    sink.write_checkpoint(TS1)  # never moves backwards
+    data_dir = tmp_path / "db" / "all_types" / str(V) / "2024-03-01"
+    assert sorted(os.listdir(data_dir)) == ["CDC000001.csv", "CDC000002.csv", "meta"]
+    assert (data_dir / "meta" / "CDC.index").read_text() == "CDC000002.csv\n"
+    (schema_file,) = os.listdir(tmp_path / "db" / "all_types" / "meta")
+    definition = TableDefinition.from_table_info(TABLE, V)
+    assert schema_file == f"schema_{V}_{definition.checksum():010d}.json"
+    schema = json.loads((tmp_path / "db" / "all_types" / "meta" / schema_file).read_text())
+    assert schema["TableColumnsTotal"] == len(TABLE.columns) and schema["Version"] == 1
+    assert schema["TableColumns"][0] == {
+        "ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11",
+        "ColumnNullable": "false", "ColumnIsPk": "true",
+    }
+    assert (tmp_path / "metadata").read_text() == '{"checkpoint-ts":%d}' % TS2
+    assert checkpoint_ts(str(tmp_path)) == TS2
+    assert not [n for n in os.listdir(data_dir) if n.startswith(".")]
+
+
+def test_schema_json_matches_go_marshal_indent():
+    text = TableDefinition.from_table_info(TABLE, V, "CREATE TABLE t (id INT)", 3).to_json()
+    assert text.startswith(
+        '{\n    "Table": "all_types",\n    "Schema": "db",\n    "Version": 1,\n'
+        f'    "TableVersion": {V},\n    "Query": "CREATE TABLE t (id INT)",\n    "Type": 3,\n'
+        '    "TableColumns": [\n        {\n            "ColumnName": "id",\n'
+    )
+
+
+def test_ddl_writes_table_and_database_schema_files(tmp_path):
+    sink = StorageSink(f"file://{tmp_path}?protocol=canal-json", sink_config("canal-json"), CLOCK)
+    new_version = compose(1_700_000_010_000)
+    sink.write_ddl(DDLEvent(new_version, "db", "all_types", "ALTER TABLE all_types ADD c INT",
+                            "add column", table_info=TABLE.with_version(new_version)))
+    sink.write_ddl(DDLEvent(new_version + 1, "db2", "", "CREATE DATABASE db2", "create database"))
+    (table_schema,) = os.listdir(tmp_path / "db" / "all_types" / "meta")
+    assert table_schema.startswith(f"schema_{new_version}_")
+    assert json.loads((tmp_path / "db" / "all_types" / "meta" / table_schema).read_text())["Type"] == 5
+    (db_schema,) = os.listdir(tmp_path / "db2" / "meta")
+    db_json = json.loads((tmp_path / "db2" / "meta" / db_schema).read_text())
+    assert db_json["TableColumns"] is None and db_json["Type"] == 1 and db_json["Table"] == ""
+
+
+def test_file_size_splits_between_transactions(tmp_path):
+    sink = StorageSink(f"file://{tmp_path}?protocol=csv&file-size=1048576&date-separator=none",
+                       sink_config("csv"), CLOCK)
+    big = with_id(FULL, "9")[:10] + ("x" * 600_000,) + FULL[11:]
+    sink.write_rows(TABLE, [row(TS1, "insert", after=big), row(TS1, "insert", after=with_id(big, "10"), seq=1),
+                            row(TS2, "insert", after=with_id(FULL, "11"))])
+    version_dir = tmp_path / "db" / "all_types" / str(V)
+    assert (version_dir / "CDC00000000000000000001.csv").read_text().count('"I"') == 2  # one txn
+    sink.close()
+    assert (version_dir / "CDC00000000000000000002.csv").read_text().count('"I"') == 1
+
+
+def test_restart_continues_index_and_date_change_restarts(tmp_path):
+    uri = f"file://{tmp_path}?protocol=canal-json&file-index-digit=6"
+    first = StorageSink(uri, sink_config("canal-json"), CLOCK)
+    first.write_rows(TABLE, [row(TS1, "insert", after=FULL)])
+    first.close()
+    second = StorageSink(uri, sink_config("canal-json"), CLOCK)
+    second.write_rows(TABLE, [row(TS2, "insert", after=with_id(FULL, "5"))])
+    second.flush()
+    day = tmp_path / "db" / "all_types" / str(V) / "2024-03-01"
+    assert sorted(os.listdir(day)) == ["CDC000001.json", "CDC000002.json", "meta"]
+    next_day = StorageSink(uri, sink_config("canal-json"), lambda: NOW + 86400)
+    next_day.write_rows(TABLE, [row(TS3, "insert", after=with_id(FULL, "6"))])
+    next_day.close()
+    assert os.listdir(tmp_path / "db" / "all_types" / str(V) / "2024-03-02") == ["CDC000001.json", "meta"] or \
+        sorted(os.listdir(tmp_path / "db" / "all_types" / str(V) / "2024-03-02")) == ["CDC000001.json", "meta"]
+
+
+# -- consumer round trip ----------------------------------------------------------------
+@pytest.mark.parametrize("protocol", ["csv", "canal-json"])
+def test_round_trip_with_pk_change_deletes_and_replays(tmp_path, protocol):
+    uri = f"file://{tmp_path}?protocol={protocol}"
+    config = sink_config(protocol)
+    if protocol == "csv":
+        config.csv.output_old_value = True
+    sink = StorageSink(uri, config, CLOCK)
+    moved = with_id(UPDATED, "7")
+    sink.write_rows(TABLE, [row(TS1, "insert", after=FULL), row(TS1, "insert", after=NULLS, seq=1)])
+    sink.flush()
+    sink.write_rows(TABLE, [row(TS2, "update", before=FULL, after=moved)])
+    sink.flush()
+    sink.write_checkpoint(TS2)
+    sink.close()
+    # A restarted sink replays from the checkpoint: duplicates, then a change past it.
+    replay = StorageSink(uri, config, CLOCK)
+    replay.write_rows(TABLE, [row(TS1, "insert", after=FULL), row(TS1, "insert", after=NULLS, seq=1)])
+    replay.write_rows(TABLE, [row(TS2, "update", before=FULL, after=moved)])
+    replay.write_rows(TABLE, [row(TS3, "delete", before=NULLS)])
+    replay.flush()
+
+    tables = rebuild_tables(str(tmp_path), protocol, config, table_infos={("db", "all_types"): TABLE})
+    expected = {
+        ("7",): dict(zip(TABLE.column_names, moved)),
+        ("2",): dict(zip(TABLE.column_names, NULLS)),
+    }
+    assert tables[("db", "all_types")] == expected  # TS3 is past the checkpoint
+
+    replay.write_checkpoint(TS3)
+    tables = rebuild_tables(str(tmp_path), protocol, config, table_infos={("db", "all_types"): TABLE})
+    assert tables[("db", "all_types")] == {("7",): dict(zip(TABLE.column_names, moved))}
