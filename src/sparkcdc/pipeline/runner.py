@@ -24,7 +24,7 @@ from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
-from sparkcdc.sink.storage.writer import StorageSink
+from sparkcdc.sink.factory import make_sink
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
 @dataclass
 class _Running:
     query: object
-    sink: StorageSink
+    sink: object  # a RowSink with close()
     stopping: threading.Event
 
 
@@ -93,7 +93,7 @@ class ChangefeedRunner:
             if key in self._running:
                 return
             config = replica_config_from_dict(info.config)
-            sink = StorageSink(info.sink_uri, config.sink)
+            sink = make_sink(info.sink_uri, config)
             status = self._store.get_status(info.namespace, info.id)
             # Each run's readers get their own server_id range.
             server_id_base = self._next_server_id
@@ -127,7 +127,7 @@ class ChangefeedRunner:
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
 
-    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, sink: StorageSink):
+    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, sink):
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts

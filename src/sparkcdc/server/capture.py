@@ -16,11 +16,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sparkcdc.config.replica import ReplicaConfig
-from sparkcdc.config.sink_uri import classify_sink_uri
-from sparkcdc.errors import ErrSinkUnsupported, ErrUpstreamUnreachable, SparkCDCError
+from sparkcdc.errors import ErrUpstreamUnreachable, SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
-from sparkcdc.sink.storage.uri import parse_storage_uri
+from sparkcdc.sink.factory import validate_sink
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.preflight import preflight
 from sparkcdc.upstream.puller import Puller
@@ -116,13 +115,7 @@ class Capture:
 
     # -- ChangefeedController ----------------------------------------------------------------
     def validate(self, sink_uri: str, config: ReplicaConfig) -> None:
-        kind = classify_sink_uri(sink_uri)
-        if kind != "storage":
-            raise ErrSinkUnsupported(
-                f"the {kind} sink is not supported yet; use a storage sink such as "
-                "file:///path?protocol=canal-json"
-            )
-        parse_storage_uri(sink_uri, config.sink)
+        validate_sink(sink_uri, config)
         self._ensure_puller()
 
     def resolve_start_ts(self, start_ts) -> int:

@@ -1,0 +1,32 @@
+"""Sinks are chosen by URI scheme, in one place."""
+
+from __future__ import annotations
+
+from sparkcdc.config.replica import ReplicaConfig
+from sparkcdc.config.sink_uri import classify_sink_uri
+from sparkcdc.errors import ErrSinkUnsupported
+
+
+def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
+    """Raise a SparkCDCError naming the problem if the URI or its parameters are invalid."""
+    kind = classify_sink_uri(sink_uri)
+    if kind == "storage":
+        from sparkcdc.sink.storage.uri import parse_storage_uri
+
+        parse_storage_uri(sink_uri, config.sink)
+        return
+    raise ErrSinkUnsupported(
+        f"the {kind} sink is not supported yet; use a storage sink such as "
+        "file:///path?protocol=canal-json"
+    )
+
+
+def make_sink(sink_uri: str, config: ReplicaConfig):
+    """The sink for a changefeed: write_rows, write_ddl, flush, write_checkpoint, close."""
+    validate_sink(sink_uri, config)
+    kind = classify_sink_uri(sink_uri)
+    if kind == "storage":
+        from sparkcdc.sink.storage.writer import StorageSink
+
+        return StorageSink(sink_uri, config.sink)
+    raise AssertionError(kind)  # validate_sink rejected every other kind
