@@ -26,6 +26,7 @@ from sparkcdc.model.events import RowChange, TableInfo, Value
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import unsupported_event
+from sparkcdc.upstream import decoder_fixes  # noqa: F401  (corrects TIME2 decoding)
 from sparkcdc.upstream.values import converter, null_value
 
 RANGE_EVENTS = [
