@@ -30,3 +30,8 @@ if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
   .venv/bin/pip install -q -e '.[test]'
   touch .venv/.installed
 fi
+
+# Object storage emulators (S3, GCS, Azure) used by the storage tests.
+if [ -x scripts/setup-emulators.sh ]; then
+  ./scripts/setup-emulators.sh
+fi
