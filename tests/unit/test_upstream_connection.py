@@ -11,7 +11,7 @@ def test_from_uri_parses_and_masks():
     assert cfg == UpstreamConfig("db.example", 3307, "cdc", "p@ss")
     assert cfg.masked_uri() == "mysql://cdc:xxxxx@db.example:3307/"
     assert pickle.loads(pickle.dumps(cfg)) == cfg
-    assert cfg.connection_settings()["passwd"] == "p@ss"
+    assert cfg.connection_settings()["password"] == "p@ss"
 
 
 def test_from_uri_defaults():

@@ -59,7 +59,7 @@ class UpstreamConfig:
 
     def connection_settings(self) -> dict[str, Any]:
         """Keyword arguments for pymysqlreplication's `connection_settings`."""
-        return {"host": self.host, "port": self.port, "user": self.user, "passwd": self.password, "charset": "utf8mb4"}
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password, "charset": "utf8mb4"}
 
     def masked_uri(self) -> str:
         auth = self.user + (f":{MASK}" if self.password else "")
