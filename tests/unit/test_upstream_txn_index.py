@@ -1,0 +1,90 @@
+import multiprocessing
+
+import pytest
+
+from sparkcdc.errors import ErrStartTsInvalid
+from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
+from sparkcdc.model.position import BinlogPosition
+from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
+
+
+def table(name, version, *cols):
+    return TableInfo("db", name, 1, tuple(ColumnInfo(c, "int") for c in cols), version)
+
+
+def txn(ts, start, end, gtid, is_ddl=False):
+    return TxnRecord(ts, gtid, BinlogPosition("mysql-bin.000001", start), BinlogPosition("mysql-bin.000001", end),
+                     end - start, is_ddl)
+
+
+@pytest.fixture
+def index(tmp_path):
+    idx = TxnIndex(str(tmp_path / "i.sqlite"))
+    idx.bootstrap(BinlogPosition("mysql-bin.000001", 100), 1000, [table("a", 1000, "x")])
+    return idx
+
+
+def test_empty(tmp_path):
+    idx = TxnIndex(str(tmp_path / "e.sqlite"))
+    assert idx.resolved_ts() == 0 and idx.is_empty()
+    with pytest.raises(ErrStartTsInvalid):
+        idx.resolve_start("")
+
+
+def test_append_and_queries(index):
+    assert index.resolved_ts() == index.first_ts() == 1000
+    ddl = DDLEvent(1002, "db", "a", "ALTER TABLE a ADD y int", "alter table", table("a", 1002, "x", "y"))
+    index.append(
+        [txn(1001, 100, 200, "0-1-1"), txn(1002, 200, 250, "0-1-2", True), txn(1003, 250, 300, "0-1-3")],
+        [ddl],
+        [TableVersion("db", "a", 1002, ddl.table_info), TableVersion("db", "b", 1003, table("b", 1003, "z"))],
+        1003,
+    )
+    index.append([], [], [TableVersion("db", "b", 1010, None)], 1010)
+    assert index.resolved_ts() == 1010
+    assert [t.commit_ts for t in index.txns_between(1001, 1003)] == [1002, 1003]
+    assert index.next_ddl_after(1000) == 1002 and index.next_ddl_after(1002) is None
+    assert index.ddls_between(1000, 1010)[0].table_info.column_names == ("x", "y")
+    assert index.table_info_at("db", "a", 1001).column_names == ("x",)
+    assert index.table_info_at("db", "a", 1002).column_names == ("x", "y")
+    assert [t.table for t in index.tables_at(1005)] == ["a", "b"]
+    assert [t.table for t in index.tables_at(1010)] == ["a"]
+    assert index.position_at(999) is None
+    assert index.position_at(1000) == BinlogPosition("mysql-bin.000001", 100)
+    assert index.position_at(1002) == BinlogPosition("mysql-bin.000001", 250)
+    assert index.resolve_start("mysql-bin.000001:250") == 1002
+    assert index.resolve_start("mysql-bin.000001:100") == 1000
+    assert index.resolve_start("0-1-2") == 1002
+    assert index.resolve_start("1001") == 1001
+    with pytest.raises(ErrStartTsInvalid):
+        index.resolve_start("999")
+    with pytest.raises(ErrStartTsInvalid):
+        index.resolve_start("mysql-bin.000001:201")
+    with pytest.raises(ErrStartTsInvalid):
+        index.resolve_start("not a start")
+
+
+def test_resolved_ts_never_moves_back(index):
+    index.append([], [], [], 2000)
+    index.append([], [], [], 1500)
+    assert index.resolved_ts() == 2000
+
+
+def test_failed_append_leaves_nothing(index):
+    with pytest.raises(Exception):
+        index.append([txn(1001, 100, 200, "0-1-1"), txn(1001, 200, 300, "0-1-2")], [], [], 1001)
+    assert index.txns_between(0, 10**9) == [] and index.resolved_ts() == 1000
+
+
+def _read_in_child(path, queue):
+    queue.put(TxnIndex(path).resolved_ts())
+
+
+def test_readable_from_another_process(index):
+    index.append([txn(1001, 100, 200, "0-1-1")], [], [], 1001)
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_read_in_child, args=(index.path, queue))
+    proc.start()
+    proc.join(30)
+    assert queue.get(timeout=5) == 1001
