@@ -188,3 +188,18 @@ def test_range_across_rotation_and_adjacent_ranges(setup):
     for cut in range(1, len(txns)):
         parts = read_txns(cfg, index, txns[:cut]) + read_txns(cfg, index, txns[cut:])
         assert parts == whole
+
+
+def test_compressed_binlog_fails_loudly(mariadb_factory, tmp_path):
+    server = mariadb_factory(extra_config={"log_bin_compress": "ON", "log_bin_compress_min_len": "10"})
+    cfg = UpstreamConfig.from_uri(server.uri)
+    index = TxnIndex(str(tmp_path / "index.sqlite"))
+    puller = Puller(cfg, index, next(_server_ids), heartbeat_seconds=0.2).start()
+    puller.wait_caught_up(20)
+    conn = server.connect()
+    run(conn, "CREATE DATABASE c", "CREATE TABLE c.t (id INT PRIMARY KEY, v TEXT)", "INSERT INTO c.t VALUES (1, REPEAT('x', 500))")
+    with pytest.raises(Exception) as info:
+        puller.wait_caught_up(20)
+    puller.stop()
+    assert "log_bin_compress=OFF" in str(info.value)
+    assert puller.error is not None
