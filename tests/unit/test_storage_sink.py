@@ -9,7 +9,7 @@ import pytest
 from test_codec_fixtures import FULL, NULLS, TABLE, TS1, TS2, TS3, UPDATED
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.consumer.storage_reader import checkpoint_ts, rebuild_tables
-from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkUnsupported, ErrSinkURIInvalid
+from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
 from sparkcdc.model.events import DDLEvent, RowChange
 from sparkcdc.model.tso import compose
 from sparkcdc.sink.storage import StorageSink, parse_storage_uri
@@ -65,12 +65,6 @@ def test_uri_overrides_config_and_validates(tmp_path):
 def test_uri_rejects(query, error):
     with pytest.raises(error):
         parse_storage_uri("file:///tmp/x?" + query, SinkConfig())
-
-
-def test_remote_schemes_not_supported_yet():
-    for scheme in ("s3", "gcs", "azblob"):
-        with pytest.raises(ErrSinkUnsupported, match="not supported yet"):
-            parse_storage_uri(f"{scheme}://bucket/p?protocol=csv", SinkConfig())
 
 
 # -- layout ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 3. Replay `CDC*` files in index order, skipping rows committed after the checkpoint and
    transactions already applied (delivery is at-least-once, so files may repeat rows).
 
-Values come back in the canonical text form of `sparkcdc.model.events`.
+Values come back in the canonical text form of `sparkcdc.model.events`. `root` is a local
+path or any storage sink URI (s3://, gcs://, azblob://, file://) with its credentials.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterator, Mapping, Optional
 
-import fsspec
-
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrStorageIO
 from sparkcdc.model.events import TableInfo
 from sparkcdc.model.tso import LOGICAL_BITS
+from sparkcdc.sink.storage.location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import TableDefinition
 
 Row = dict[str, Optional[str]]
@@ -57,18 +57,25 @@ class _Column:
         return self.type.split(" ")[0]
 
 
-def _file_system():
-    return fsspec.filesystem("file")
+def open_storage(root: str):
+    """(fsspec file system, root path inside it) for a local path or a storage URI."""
+    location = parse_storage_location(root)
+    return location.filesystem(), location.root
+
+
+def _checkpoint_ts(fs, root: str) -> int:
+    try:
+        with fs.open(posixpath.join(root, "metadata"), "rb") as handle:
+            raw = handle.read()
+    except FileNotFoundError:
+        return 0
+    return int(json.loads(raw or b"{}").get("checkpoint-ts", 0))
 
 
 def checkpoint_ts(root: str) -> int:
     """The storage checkpoint in `<root>/metadata` (0 when there is none yet)."""
-    fs = _file_system()
-    path = posixpath.join(root, "metadata")
-    if not fs.exists(path):
-        return 0
-    with fs.open(path, "rb") as handle:
-        return int(json.loads(handle.read() or b"{}").get("checkpoint-ts", 0))
+    fs, path = open_storage(root)
+    return _checkpoint_ts(fs, path)
 
 
 # -- schema -----------------------------------------------------------------------------
@@ -287,8 +294,8 @@ def rebuild_tables(
         raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
     sink = sink or SinkConfig(protocol=protocol)
     decode = _decode_csv if protocol == "csv" else _decode_canal_json
-    fs = _file_system()
-    checkpoint = checkpoint_ts(root)
+    fs, root = open_storage(root)
+    checkpoint = _checkpoint_ts(fs, root)
     table_infos = table_infos or {}
     result: Tables = {}
     for schema in _list_dirs(fs, root):

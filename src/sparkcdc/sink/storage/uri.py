@@ -1,7 +1,10 @@
-"""Storage sink URIs (`file:///path?protocol=csv&...`), validated once at the edge.
+"""Storage sink URIs (`file:///path?protocol=csv&...`, `s3://bucket/prefix?...`), validated once
+at the edge.
 
-Parameters follow pkg/sink/cloudstorage/config.go; a value given in the URI overrides the
-changefeed config, and `StorageTarget.overridden` records which ones did.
+Sink parameters follow pkg/sink/cloudstorage/config.go; a value given in the URI overrides the
+changefeed config, and `StorageTarget.overridden` records which ones did. Where the files live
+(`StorageLocation`) follows TiDB's external-storage URIs (br/pkg/storage/parse.go): one fsspec
+file system per scheme, so every backend is the same code path.
 """
 
 from __future__ import annotations
@@ -10,16 +13,18 @@ import copy
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
-
-import fsspec
+from urllib.parse import parse_qsl, urlsplit
 
 from sparkcdc.config.replica import SinkConfig
-from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkUnsupported, ErrSinkURIInvalid
+from sparkcdc.config.sink_uri import mask_sink_uri
+from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
+from sparkcdc.sink.storage.location import (
+    StorageLocation,
+    location_parameter,
+    parse_storage_location,
+)
 
 STORAGE_PROTOCOLS = ("canal-json", "csv")
-REMOTE_SCHEMES = frozenset({"s3", "gcs", "gs", "azblob", "azure"})
-LOCAL_SCHEMES = frozenset({"file", "local", ""})
 MIB = 1024 * 1024
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
@@ -35,13 +40,17 @@ def parse_duration(text: str) -> float:
 
 @dataclass(frozen=True)
 class StorageTarget:
-    """Where and how the storage sink writes: a root inside one fsspec file system."""
+    """Where and how the storage sink writes: a root inside one fsspec file system.
+
+    `uri` is the masked URI (safe to log or return); credentials live only in `location`.
+    """
 
     uri: str
     scheme: str
     root: str
     sink: SinkConfig  # the effective config: the changefeed's, with URI values applied
     overridden: tuple[str, ...]  # URI parameters that replaced a config value
+    location: StorageLocation
 
     @property
     def protocol(self) -> str:
@@ -51,8 +60,12 @@ class StorageTarget:
     def flush_interval_seconds(self) -> float:
         return parse_duration(self.sink.cloud_storage_config.flush_interval)
 
+    @property
+    def is_local(self) -> bool:
+        return self.location.is_local
+
     def filesystem(self) -> Any:
-        return fsspec.filesystem("file")
+        return self.location.filesystem(self.sink.cloud_storage_config.flush_concurrency)
 
 
 def _int_in(name: str, raw: str, low: int, high: int) -> int:
@@ -92,24 +105,15 @@ def _date_separator(raw: str) -> str:
 
 def parse_storage_uri(uri: str, sink: SinkConfig) -> StorageTarget:
     """Validate a storage sink URI and return the target with its effective SinkConfig."""
+    location = parse_storage_location(uri)
     parts = urlsplit(uri)
-    scheme = parts.scheme.lower()
-    if len(scheme) == 1:  # a Windows drive letter, not a scheme
-        scheme = ""
-    if scheme in REMOTE_SCHEMES:
-        raise ErrSinkUnsupported(f"storage scheme {scheme}:// is not supported yet; use file://")
-    if scheme not in LOCAL_SCHEMES:
-        raise ErrSinkURIInvalid(f"sink URI {uri!r} has scheme {scheme!r}; the storage sink takes file://")
-    root = unquote(parts.path if scheme else uri.split("?", 1)[0])
-    if scheme and parts.netloc:  # file://relative/dir keeps its host part as the first path element
-        root = parts.netloc + root
-    if not root:
-        raise ErrSinkURIInvalid(f"sink URI {uri!r} has no path")
 
     effective = copy.deepcopy(sink)
     storage = effective.cloud_storage_config
     overridden: list[str] = []
     for name, raw in parse_qsl(parts.query, keep_blank_values=True):
+        if location_parameter(location.scheme, name) is not None:
+            continue  # where the files live and how to sign in: StorageLocation's part
         if name == "protocol":
             if raw not in STORAGE_PROTOCOLS:
                 raise ErrSinkUnknownProtocol(
@@ -134,11 +138,13 @@ def parse_storage_uri(uri: str, sink: SinkConfig) -> StorageTarget:
             effective.enable_partition_separator = _bool(name, raw)
         else:
             raise ErrSinkURIInvalid(
-                f"sink URI parameter {name!r} is not known to the storage sink; remove it"
+                f"sink URI parameter {name!r} is not known to the {location.scheme} storage sink; "
+                "remove it"
             )
         overridden.append(name)
     if effective.protocol not in STORAGE_PROTOCOLS:
         raise ErrSinkUnknownProtocol(
             f"the storage sink needs protocol=canal-json or protocol=csv in the URI (got {effective.protocol!r})"
         )
-    return StorageTarget(uri, scheme or "file", root, effective, tuple(overridden))
+    return StorageTarget(mask_sink_uri(uri), location.scheme, location.root, effective,
+                         tuple(overridden), location)

@@ -6,23 +6,29 @@
     <root>/<schema>/meta/schema_<version>_<crc10>.json                (database DDL)
     <root>/metadata                                                   {"checkpoint-ts":...}
 
-Files are write-once and appear atomically (written under a hidden temp name, then renamed).
-Rows are buffered per table version; a buffer becomes a file on flush(), or as soon as it
-reaches file-size after a whole transaction, so a transaction never spans two files.
+Files are write-once and appear atomically: on an object store one PUT (or one multipart
+upload, which becomes visible only when completed), on file:// a hidden temp file renamed into
+place. Rows are buffered per table version; a buffer becomes a file on flush(), or as soon as
+it reaches file-size after a whole transaction, so a transaction never spans two files.
+`metadata` is written only after every buffered row is in a completed data file.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import posixpath
+import re
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
-from sparkcdc.errors import ErrStorageIO
+from sparkcdc.errors import ErrStorageIO, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import make_encoder
 from sparkcdc.sink.storage.table_definition import TableDefinition
 from sparkcdc.sink.storage.uri import parse_storage_uri
@@ -30,6 +36,9 @@ from sparkcdc.sink.storage.uri import parse_storage_uri
 INDEX_FILE = "meta/CDC.index"
 METADATA_FILE = "metadata"
 _DATE_FORMATS = {"year": "%Y", "month": "%Y-%m", "day": "%Y-%m-%d"}
+# A data file under a day directory (TiCDC's RemoveExpiredFiles pathRE).
+_DATED_DATA_FILE = re.compile(r"/(\d{4}-\d{2}-\d{2})/CDC[0-9]+\.\S+$")
+_LOG = logging.getLogger(__name__)
 
 
 def data_file_name(index: int, extension: str, width: int) -> str:
@@ -63,6 +72,9 @@ class StorageSink:
         self._buffers: dict[tuple[str, str, int], _Buffer] = {}
         self._dir_versions: dict[tuple[str, str, int], int] = {}
         self._file_indexes: dict[tuple[str, str, int], _FileIndex] = {}
+        self._upload_options = self.target.location.upload_options(
+            self.sink.cloud_storage_config.flush_concurrency)
+        self._last_cleanup_day: Optional[str] = None
         self._closed = False
 
     # -- paths and IO ---------------------------------------------------------------------
@@ -71,25 +83,33 @@ class StorageSink:
 
     def _write_atomic(self, relative: str, data: bytes) -> None:
         path = self._path(relative)
-        directory, name = posixpath.split(path)
-        temp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         try:
-            self._fs.makedirs(directory, exist_ok=True)
-            with self._fs.open(temp, "wb") as handle:
-                handle.write(data)
-            self._fs.mv(temp, path)
-        except OSError as exc:
-            raise ErrStorageIO(f"cannot write {path}: {exc}; check the sink path and its permissions") from exc
+            if self.target.is_local:
+                directory, name = posixpath.split(path)
+                temp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+                self._fs.makedirs(directory, exist_ok=True)
+                with self._fs.open(temp, "wb") as handle:
+                    handle.write(data)
+                self._fs.mv(temp, path)
+            else:
+                # One PUT or one multipart upload: the object appears whole or not at all.
+                self._fs.pipe_file(path, data, **self._upload_options)
+        except SparkCDCError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds
+            raise ErrStorageIO(
+                f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI, the "
+                "bucket and its permissions") from exc
 
     def _read(self, relative: str) -> Optional[bytes]:
         path = self._path(relative)
         try:
-            if not self._fs.exists(path):
-                return None
             with self._fs.open(path, "rb") as handle:
                 return handle.read()
-        except OSError as exc:
-            raise ErrStorageIO(f"cannot read {path}: {exc}") from exc
+        except FileNotFoundError:
+            return None
+        except Exception as exc:  # noqa: BLE001
+            raise ErrStorageIO(f"cannot read {self.target.scheme}://{path}: {exc}") from exc
 
     def _date(self) -> str:
         fmt = _DATE_FORMATS.get(self.sink.date_separator)
@@ -203,13 +223,26 @@ class StorageSink:
             start = end
 
     def flush(self) -> None:
-        """Write every buffered row into complete data files."""
-        for key in list(self._buffers):
-            self._write_buffer(key)
+        """Write every buffered row into complete data files, worker-count tables at a time."""
+        keys = list(self._buffers)
+        workers = min(self.sink.cloud_storage_config.worker_count, len(keys))
+        if workers <= 1:
+            for key in keys:
+                self._write_buffer(key)
+            return
+        # Each table version has its own buffer, index and directory: no shared state to lock.
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="storage-sink") as pool:
+            for future in [pool.submit(self._write_buffer, key) for key in keys]:
+                future.result()
 
     # -- checkpoint -----------------------------------------------------------------------
     def write_checkpoint(self, ts: int) -> None:
-        """Record the storage checkpoint; it never moves backwards. Call only after flush()."""
+        """Record the storage checkpoint; it never moves backwards.
+
+        Buffered rows are flushed first, so `metadata` never covers data that is not durable.
+        """
+        self.flush()
+        self._cleanup_once_a_day(ts)
         raw = self._read(METADATA_FILE)
         if raw:
             try:
@@ -219,6 +252,43 @@ class StorageSink:
             if current >= ts:
                 return
         self._write_atomic(METADATA_FILE, ('{"checkpoint-ts":%d}' % ts).encode())
+
+    # -- file-expiration-days -------------------------------------------------------------
+    def cleanup_expired_files(self, checkpoint_ts: int) -> int:
+        """Delete data files in day directories older than file-expiration-days before the
+        checkpoint's time (TiCDC's RemoveExpiredFiles); returns how many were deleted.
+
+        Only with date-separator=day; schema files, index files and metadata stay.
+        """
+        days = self.sink.cloud_storage_config.file_expiration_days
+        if self.sink.date_separator != "day" or days <= 0:
+            return 0
+        expired_before = time.strftime(
+            "%Y-%m-%d", time.localtime(physical_ms(checkpoint_ts) / 1000 - days * 86400))
+        try:
+            found = self._fs.find(self._root) if self._fs.exists(self._root) else []
+        except Exception as exc:  # noqa: BLE001
+            raise ErrStorageIO(f"cannot list {self.target.scheme}://{self._root}: {exc}") from exc
+        expired = []
+        for path in found:
+            match = _DATED_DATA_FILE.search("/" + posixpath.relpath(path, self._root.rstrip("/")))
+            if match and match.group(1) < expired_before:
+                expired.append(path)
+        if expired:
+            try:
+                self._fs.rm(expired)
+            except Exception as exc:  # noqa: BLE001
+                raise ErrStorageIO(f"cannot delete expired files under "
+                                   f"{self.target.scheme}://{self._root}: {exc}") from exc
+            _LOG.info("storage sink removed %d data files dated before %s", len(expired), expired_before)
+        return len(expired)
+
+    def _cleanup_once_a_day(self, checkpoint_ts: int) -> None:
+        # file-cleanup-cron-spec defaults to daily; run at the first checkpoint of each day.
+        today = time.strftime("%Y-%m-%d", time.localtime(self._clock()))
+        if self._last_cleanup_day != today:
+            self.cleanup_expired_files(checkpoint_ts)
+            self._last_cleanup_day = today
 
     def close(self) -> None:
         if not self._closed:
