@@ -148,6 +148,11 @@ class StorageLocation:
         if options.get("endpoint"):
             kwargs["endpoint_url"] = _with_http_scheme(options["endpoint"])
         if options.get("credentials-file"):
+            if not os.path.isfile(options["credentials-file"]):
+                # gcsfs would take the path for an access token and send it to Google.
+                raise ErrSinkURIInvalid(
+                    "credentials-file in the gcs:// URI is not a readable file; pass the path of a "
+                    "service account JSON key")
             kwargs["token"] = options["credentials-file"]
         elif options.get("endpoint"):
             kwargs["token"] = "anon"  # an explicit endpoint without credentials: an emulator
