@@ -89,6 +89,8 @@ def test_transactions_commit_ts_and_ddl(setup, fresh_db):
         ("delete", txns[1].commit_ts, 2),
     ]
     assert changes[2].before == ("1", "a") and changes[2].after == ("1", "c")
+    unlisted = BinlogRange(cfg, next(_server_ids), txns[0].start, txns[1].end, (txns[0].commit_ts, txns[1].commit_ts), {})
+    assert list(read_range(unlisted)) == []
     after_alter = read_txns(cfg, index, txns[3:4])
     assert after_alter[0].after == ("3", "x", "9")
 

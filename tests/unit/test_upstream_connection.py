@@ -22,3 +22,12 @@ def test_from_uri_defaults():
 def test_from_uri_rejects(uri):
     with pytest.raises(ErrUpstreamURIInvalid):
         UpstreamConfig.from_uri(uri)
+
+
+def test_binlog_range_pickles_without_connecting():
+    from sparkcdc.model.position import BinlogPosition
+    from sparkcdc.upstream.range_reader import BinlogRange
+
+    rng = BinlogRange(UpstreamConfig("h", 1), 7, BinlogPosition("mysql-bin.000001", 4),
+                      BinlogPosition("mysql-bin.000002", 9), (1, 2), {"db.t": "{}"})
+    assert pickle.loads(pickle.dumps(rng)) == rng
