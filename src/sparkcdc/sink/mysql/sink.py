@@ -1,0 +1,400 @@
+"""The MySQL sink: row transactions through the conflict detector to `worker-count` writer
+threads (each with its own connection), DDL one at a time on its own connection.
+
+Order of work, as the pipeline's RowSink protocol drives it: `write_rows` hands whole upstream
+transactions of one table in (commit_ts, seq) order and returns once they are queued; `flush`
+returns when every queued transaction is committed downstream (or raises the first failure);
+`write_ddl` runs after a flush. A transaction at or before `replicating_ts` may already be
+downstream (a replay), so it is written idempotently: updates split, inserts as REPLACE. If a
+plain INSERT still meets a duplicate key (a replay the window did not cover), the worker rolls
+back and writes the same transactions idempotently.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+import pymysql
+
+from sparkcdc.config.replica import ReplicaConfig
+from sparkcdc.errors import ErrExecDDLFailed, ErrMySQLConnectionError, ErrMySQLTxnError, SparkCDCError
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.model.tso import physical_ms
+from sparkcdc.sink.mysql.causality import ConflictDetector, KeySpace, Ticket
+from sparkcdc.sink.mysql.config import MySQLSinkConfig, parse_mysql_sink_uri
+from sparkcdc.sink.mysql.connection import (
+    DUPLICATE_ENTRY,
+    IGNORABLE_DDL_ERROR_CODES,
+    RetryPolicy,
+    apply_tidb_session,
+    connect,
+    error_code,
+    is_retryable,
+    is_tidb,
+)
+from sparkcdc.sink.mysql.sql import PlanOptions, Statement, plan_transaction, quote_name, render
+
+log = logging.getLogger(__name__)
+
+# One multi-statement round trip stays well under the default max_allowed_packet (16 MiB).
+MULTI_STATEMENT_LIMIT = 4 * 1024 * 1024
+_DATABASE_DDL_TYPES = frozenset({"create database", "create schema", "drop database", "drop schema"})
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """What the downstream says about a table: unique keys beyond the handle key, collations."""
+
+    unique_keys: tuple[tuple[str, ...], ...]
+    key_space: KeySpace
+
+
+@dataclass
+class _Work:
+    ticket: Ticket
+    info: TableInfo
+    rows: Sequence[RowChange]
+    idempotent: bool  # replay window or safe mode
+    unique_keys: tuple[tuple[str, ...], ...]
+
+
+def _transactions(rows: Sequence[RowChange]) -> list[list[RowChange]]:
+    """Consecutive rows with one commit_ts form one upstream transaction."""
+    groups: list[list[RowChange]] = []
+    for row in rows:
+        if groups and groups[-1][0].commit_ts == row.commit_ts:
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+class _Writer(threading.Thread):
+    """One worker: runs its queue in order, merging small transactions into one downstream txn."""
+
+    def __init__(self, sink: "MySQLSink", number: int):
+        super().__init__(name=f"mysql-sink-writer-{number}", daemon=True)
+        self.sink = sink
+        self.queue: "queue.Queue[Optional[_Work]]" = queue.Queue()
+        self.connection = None
+
+    def run(self) -> None:
+        stopping = False
+        while not stopping:
+            work = self.queue.get()
+            if work is None:
+                break
+            batch, rows = [work], len(work.rows)
+            while rows < self.sink.config.max_txn_row:
+                try:
+                    more = self.queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is None:
+                    stopping = True
+                    break
+                batch.append(more)
+                rows += len(more.rows)
+            try:
+                if self.sink.error is None:
+                    self._apply(batch)
+            except BaseException as exc:  # recorded; flush() raises it in the caller's thread
+                self.sink._fail(exc)
+            finally:
+                for item in batch:
+                    self.sink.detector.release(item.ticket)
+        self._close()
+
+    def _close(self) -> None:
+        if self.connection is not None:
+            try:
+                self.connection.close()
+            except Exception:
+                pass
+            self.connection = None
+
+    def _plan(self, batch: list[_Work], force_idempotent: bool) -> list[list[Statement]]:
+        sink = self.sink
+        chunks: list[list[Statement]] = [[]]
+        rows_in_chunk = 0
+        for item in batch:
+            idempotent = item.idempotent or force_idempotent
+            options = sink.plan_options(idempotent)
+            for statement in plan_transaction(item.info, item.rows, options, item.unique_keys):
+                # transaction-atomicity=none may cut a large transaction at statement borders;
+                # =table keeps each upstream transaction whole in one downstream transaction.
+                if (sink.config.transaction_atomicity == "none" and chunks[-1]
+                        and rows_in_chunk + statement.rows > sink.config.max_txn_row):
+                    chunks.append([])
+                    rows_in_chunk = 0
+                chunks[-1].append(statement)
+                rows_in_chunk += statement.rows
+        return [chunk for chunk in chunks if chunk]
+
+    def _apply(self, batch: list[_Work]) -> None:
+        force_idempotent = False
+        chunks = self._plan(batch, force_idempotent)
+        done = 0
+        delays = self.sink.retry.delays()
+        while True:
+            try:
+                if self.connection is None:
+                    self.connection = self.sink.open_row_connection()
+                while done < len(chunks):
+                    self._execute(chunks[done])
+                    done += 1
+                return
+            except pymysql.err.MySQLError as exc:
+                self._rollback()
+                if error_code(exc) == DUPLICATE_ENTRY and not force_idempotent:
+                    log.warning("duplicate key while applying %d transaction(s): writing them again "
+                                "idempotently (a replay of rows already downstream): %s", len(batch), exc)
+                    force_idempotent, done = True, 0
+                    chunks = self._plan(batch, force_idempotent)
+                    continue
+                if not is_retryable(exc):
+                    raise ErrMySQLTxnError(f"writing to the downstream {self.sink.config.uri} failed: {exc}") from exc
+                self._retry_or_raise(delays, exc)
+            except (OSError, ConnectionError) as exc:
+                self._rollback()
+                self._retry_or_raise(delays, exc)
+
+    def _retry_or_raise(self, delays, exc: BaseException) -> None:
+        self._close()
+        delay = next(delays, None)
+        if delay is None:
+            raise ErrMySQLConnectionError(
+                f"the downstream {self.sink.config.uri} stayed unreachable: {exc}; check that it is up") from exc
+        log.warning("downstream error, retrying in %.1fs: %s", delay, exc)
+        time.sleep(delay)
+
+    def _rollback(self) -> None:
+        if self.connection is None:
+            return
+        try:
+            self.connection.rollback()
+        except Exception:
+            self._close()
+
+    def _execute(self, statements: list[Statement]) -> None:
+        connection = self.connection
+        texts = [render(s.sql, s.args, connection.escape) for s in statements]
+        with connection.cursor() as cursor:
+            if self.sink.config.multi_stmt_enable and sum(map(len, texts)) < MULTI_STATEMENT_LIMIT:
+                cursor.execute("BEGIN;" + ";".join(texts) + ";COMMIT")
+                while cursor.nextset():
+                    pass
+                return
+            connection.begin()
+            for text in texts:
+                cursor.execute(text)
+            connection.commit()
+
+
+class MySQLSink:
+    """RowSink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams."""
+
+    def __init__(
+        self,
+        sink_uri: str,
+        config: ReplicaConfig,
+        replicating_ts: int = 0,
+        retry: RetryPolicy = RetryPolicy(),
+        ddl_retry: RetryPolicy = RetryPolicy(max_elapsed=600.0, max_attempts=20),
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        self.config: MySQLSinkConfig = parse_mysql_sink_uri(sink_uri, config)
+        self.replicating_ts = replicating_ts
+        self.retry = retry
+        self.ddl_retry = ddl_retry
+        self._sleep = sleep
+        self.error: Optional[BaseException] = None
+        self._error_lock = threading.Lock()
+        self._ddl_connection = None
+        self._meta: dict[tuple[str, str, int], TableMeta] = {}
+        self.downstream_tidb = self._detect_tidb()
+        self.detector = ConflictDetector(self.config.worker_count)
+        self._writers = [_Writer(self, n) for n in range(self.config.worker_count)]
+        for writer in self._writers:
+            writer.start()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"MySQLSink({self.config.uri!r})"
+
+    # -- connections -----------------------------------------------------------------------
+
+    def open_row_connection(self):
+        connection = connect(self.config, "+00:00", multi_statements=self.config.multi_stmt_enable)
+        if self.downstream_tidb:
+            apply_tidb_session(connection, self.config)
+        return connection
+
+    def _ddl(self):
+        if self._ddl_connection is None:
+            self._ddl_connection = connect(self.config, self.config.ddl_time_zone)
+            if getattr(self, "downstream_tidb", False):
+                apply_tidb_session(self._ddl_connection, self.config)
+        return self._ddl_connection
+
+    def _close_ddl(self) -> None:
+        if self._ddl_connection is not None:
+            try:
+                self._ddl_connection.close()
+            except Exception:
+                pass
+            self._ddl_connection = None
+
+    def _with_retry(self, what: str, action: Callable, policy: RetryPolicy):
+        delays = policy.delays()
+        while True:
+            try:
+                return action(self._ddl())
+            except (pymysql.err.MySQLError, OSError) as exc:
+                if not is_retryable(exc):
+                    raise
+                self._close_ddl()
+                delay = next(delays, None)
+                if delay is None:
+                    raise ErrMySQLConnectionError(
+                        f"{what}: the downstream {self.config.uri} stayed unreachable: {exc}") from exc
+                log.warning("%s: downstream error, retrying in %.1fs: %s", what, delay, exc)
+                self._sleep(delay)
+
+    def _detect_tidb(self) -> bool:
+        return self._with_retry("detecting the downstream type", is_tidb, self.retry)
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def plan_options(self, idempotent: bool) -> PlanOptions:
+        return PlanOptions(
+            split_updates=idempotent,
+            use_replace=idempotent,
+            batch_dml=self.config.batch_dml_enable,
+            downstream_tidb=self.downstream_tidb,
+            max_txn_row=self.config.max_txn_row,
+            max_multi_update_row=self.config.max_multi_update_row,
+            max_multi_update_row_size=self.config.max_multi_update_row_size,
+        )
+
+    def table_meta(self, info: TableInfo) -> TableMeta:
+        """Unique keys and collations of the downstream table (cached until the next DDL)."""
+        cache_key = (info.schema, info.table, info.version)
+        meta = self._meta.get(cache_key)
+        if meta is None:
+            unique_keys, collations = self._with_retry(
+                f"reading {info.schema}.{info.table}", lambda c: _read_table_meta(c, info.schema, info.table),
+                self.retry)
+            names = set(info.column_names)
+            unique_keys = tuple(k for k in unique_keys if set(k) <= names and k != info.handle_key)
+            meta = TableMeta(unique_keys, KeySpace.for_table(info, unique_keys, collations))
+            self._meta[cache_key] = meta
+        return meta
+
+    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
+        """Queue whole transactions of one table; conflicting ones keep their order."""
+        self._raise_if_failed()
+        if not rows:
+            return
+        meta = self.table_meta(table)
+        for transaction in _transactions(rows):
+            idempotent = self.config.safe_mode or transaction[0].commit_ts <= self.replicating_ts
+            keys = meta.key_space.transaction_keys(transaction)
+            ticket = self.detector.acquire(keys)
+            self._writers[ticket.worker].queue.put(
+                _Work(ticket, table, transaction, idempotent, meta.unique_keys))
+            self._raise_if_failed()
+
+    def flush(self) -> None:
+        """Return once everything written so far is committed downstream."""
+        self.detector.wait_idle()
+        self._raise_if_failed()
+
+    def write_checkpoint(self, ts: int) -> None:
+        """Nothing to do: a MySQL downstream keeps no checkpoint (TiCDC's neither)."""
+
+    # -- DDL -------------------------------------------------------------------------------
+
+    def write_ddl(self, ddl: DDLEvent) -> None:
+        """Run one DDL after all rows before it; replays of an applied DDL count as done."""
+        self.flush()
+        self._meta.clear()
+
+        def execute(connection) -> None:
+            with connection.cursor() as cursor:
+                if ddl.schema and ddl.ddl_type not in _DATABASE_DDL_TYPES:
+                    cursor.execute(f"USE {quote_name(ddl.schema)}")
+                # Upstream time, so DEFAULT CURRENT_TIMESTAMP fills the same value downstream.
+                cursor.execute("SET TIMESTAMP = DEFAULT")
+                milliseconds = physical_ms(ddl.commit_ts)
+                if milliseconds > 0:
+                    cursor.execute(f"SET TIMESTAMP = {milliseconds / 1000:.3f}")
+                try:
+                    cursor.execute(ddl.query)
+                finally:
+                    cursor.execute("SET TIMESTAMP = DEFAULT")
+
+        try:
+            self._with_retry(f"DDL at {ddl.commit_ts}", execute, self.ddl_retry)
+        except pymysql.err.MySQLError as exc:
+            if error_code(exc) in IGNORABLE_DDL_ERROR_CODES:
+                log.info("DDL %r already applied downstream (%s); treating it as done", ddl.query, exc)
+                return
+            raise ErrExecDDLFailed(
+                f"DDL {ddl.query!r} at commit-ts {ddl.commit_ts} failed downstream: {exc}; fix the downstream "
+                "schema or skip the DDL, then resume the changefeed") from exc
+        log.info("DDL at %d applied downstream: %s", ddl.commit_ts, ddl.query)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _fail(self, exc: BaseException) -> None:
+        with self._error_lock:
+            if self.error is None:
+                self.error = exc
+                log.error("MySQL sink failed: %s", exc)
+
+    def _raise_if_failed(self) -> None:
+        if self.error is not None:
+            if isinstance(self.error, SparkCDCError):
+                raise self.error
+            raise ErrMySQLTxnError(f"writing to the downstream {self.config.uri} failed: {self.error}") from self.error
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for writer in self._writers:
+            writer.queue.put(None)
+        for writer in self._writers:
+            writer.join(timeout=30)
+        self._close_ddl()
+
+    def __enter__(self) -> "MySQLSink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _read_table_meta(connection, schema: str, table: str):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND NON_UNIQUE = 0 ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+            (schema, table))
+        indexes: dict[str, list[Optional[str]]] = {}
+        for index_name, column_name in cursor.fetchall():
+            indexes.setdefault(index_name, []).append(column_name)
+        cursor.execute(
+            "SELECT COLUMN_NAME, COLLATION_NAME FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (schema, table))
+        collations = {name: collation for name, collation in cursor.fetchall()}
+    # PRIMARY first, then the rest by name; expression indexes (no column name) are skipped.
+    ordered = sorted(indexes.items(), key=lambda item: (item[0] != "PRIMARY", item[0]))
+    unique_keys = tuple(tuple(columns) for _, columns in ordered if all(columns))
+    return unique_keys, collations

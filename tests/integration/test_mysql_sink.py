@@ -1,0 +1,288 @@
+"""The MySQL sink against a real downstream MariaDB: every column type, PK changes, the PK swap
+of product document 003, safe mode, replays, DDL replays, and parallel writers."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkcdc.config.replica import ReplicaConfig
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.model.tso import compose
+from sparkcdc.sink.factory import make_sink
+from sparkcdc.sink.mysql.connection import RetryPolicy
+from sparkcdc.sink.mysql.sink import MySQLSink
+from sparkcdc.upstream.schema_reader import read_table_info
+
+FAST_RETRY = RetryPolicy(base_delay=0.05, max_delay=0.2, max_elapsed=2.0)
+
+ALL_TYPES = """CREATE TABLE all_types (
+  id INT NOT NULL, k2 VARCHAR(20) NOT NULL,
+  ti TINYINT, si SMALLINT UNSIGNED, mi MEDIUMINT, bi BIGINT UNSIGNED, dec1 DECIMAL(10,2),
+  f FLOAT, d DOUBLE, b BIT(10), c CHAR(5), vc VARCHAR(50), tx TEXT, bn BINARY(4), vb VARBINARY(10),
+  bl BLOB, dt DATE, dtm DATETIME(3), ts TIMESTAMP(6) NULL DEFAULT NULL, tm TIME(2), yr YEAR,
+  en ENUM('a','b','c'), st SET('x','y','z'), js JSON, gen INT AS (id * 2) VIRTUAL,
+  PRIMARY KEY (id, k2))"""
+
+ROW_A = ("1", "one", "-128", "65535", "-8388608", "18446744073709551615", "12345678.90",
+         "1.5", "0.1", "1023", "abc", "héllo wörld ✓", "long text", "\x00\x01\x02\x03", "\xff\x00\x80",
+         "\x00\xffblob\x7f", "2024-02-29", "2024-01-02 03:04:05.678", "2024-06-30 23:59:59.123456",
+         "-838:59:59.00", "2155", "b", "x,z", '{"k": [1, 2]}', "2")
+ROW_B = ("2", "two", "127", "0", "8388607", "0", "-0.01", "-3.25", "1.7976931348623157e308"[:0] + "12345.678",
+         "0", "", "", "", "\x00\x00\x00\x00", "", "", "0000-00-00", "0000-00-00 00:00:00.000",
+         "1970-01-01 00:00:01.000000", "838:59:59.99", "0000", "", "", "null", "4")
+ROW_NULLS = ("3", "three") + (None,) * 22 + ("6",)
+
+
+def ts(n: int) -> int:
+    return compose(1_700_000_000_000 + n * 1000)
+
+
+def ddl(n: int, schema: str, table: str, query: str, kind: str = "create table") -> DDLEvent:
+    return DDLEvent(commit_ts=ts(n), schema=schema, table=table, query=query, ddl_type=kind)
+
+
+def canonical_rows(server, schema: str, info: TableInfo) -> list[tuple]:
+    """The downstream table as canonical text (binary values compared as hex)."""
+    expressions = []
+    for c in info.columns:
+        name = f"`{c.name}`"
+        if c.mysql_type == "bit":
+            expressions.append(f"CAST({name} + 0 AS CHAR)")
+        elif c.is_binary:
+            expressions.append(f"HEX({name})")
+        else:
+            expressions.append(f"CAST({name} AS CHAR)")
+    conn = server.connect(schema)
+    with conn.cursor() as cur:
+        cur.execute("SET time_zone = '+00:00'")
+        cur.execute(f"SELECT {', '.join(expressions)} FROM `{info.table}` ORDER BY 1, 2")
+        rows = cur.fetchall()
+    conn.close()
+    return sorted((tuple(r) for r in rows), key=lambda r: (int(r[0]), r[1]))
+
+
+def expected(info: TableInfo, *rows) -> list[tuple]:
+    out = []
+    for row in rows:
+        out.append(tuple(v.encode("latin-1").hex().upper() if c.is_binary and v is not None else v
+                         for c, v in zip(info.columns, row)))
+    return sorted(out, key=lambda r: (int(r[0]), r[1]))
+
+
+def normalize_json(rows, position):
+    import json
+    return [r[:position] + ((json.loads(r[position]) if r[position] is not None else None),) + r[position + 1:]
+            for r in rows]
+
+
+@pytest.fixture
+def downstream(mariadb_factory):
+    return mariadb_factory()
+
+
+def open_sink(server, query: str = "", replicating_ts: int = 0) -> MySQLSink:
+    uri = server.uri.replace("root@", "root:@") + ("?" + query if query else "")
+    return MySQLSink(uri, ReplicaConfig(), replicating_ts=replicating_ts, retry=FAST_RETRY,
+                     ddl_retry=FAST_RETRY)
+
+
+def setup_table(sink: MySQLSink, server, schema: str, create: str, table: str) -> TableInfo:
+    sink.write_ddl(ddl(1, schema, "", f"CREATE DATABASE `{schema}`", "create database"))
+    sink.write_ddl(ddl(2, schema, table, create))
+    conn = server.connect()
+    info = read_table_info(conn, schema, table, version=ts(2), table_id=7)
+    conn.close()
+    return info
+
+
+def test_every_column_type_with_pk_changes_and_replays(downstream):
+    with open_sink(downstream, "worker-count=4") as sink:
+        info = setup_table(sink, downstream, "db1", ALL_TYPES, "all_types")
+        assert info.handle_key == ("id", "k2") and info.column("gen").generated
+        rows = [
+            RowChange(ts(3), "db1", "all_types", "insert", after=ROW_A, seq=0),
+            RowChange(ts(3), "db1", "all_types", "insert", after=ROW_B, seq=1),
+            RowChange(ts(3), "db1", "all_types", "insert", after=ROW_NULLS, seq=2),
+        ]
+        sink.write_rows(info, rows)
+        sink.flush()
+        got = canonical_rows(downstream, "db1", info)
+        assert normalize_json(got, 23) == normalize_json(expected(info, ROW_A, ROW_B, ROW_NULLS), 23)
+
+        # PK-changing update, a plain update, a delete, in one transaction; then replay it.
+        moved = ("10",) + ROW_A[1:-1] + ("20",)
+        changed = ROW_B[:10] + ("new",) + ROW_B[11:]
+        txn = [
+            RowChange(ts(4), "db1", "all_types", "update", before=ROW_A, after=moved, seq=0),
+            RowChange(ts(4), "db1", "all_types", "update", before=ROW_B, after=changed, seq=1),
+            RowChange(ts(4), "db1", "all_types", "delete", before=ROW_NULLS, seq=2),
+        ]
+        sink.write_rows(info, txn)
+        sink.flush()
+        want = normalize_json(expected(info, moved, changed), 23)
+        assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
+    # A new sink that knows everything up to ts(4) may be a replay writes idempotently.
+    with open_sink(downstream, replicating_ts=ts(4)) as sink:
+        sink.write_rows(info, rows)
+        sink.write_rows(info, txn)
+        sink.flush()
+        assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
+    # Outside the window, a duplicate INSERT falls back to idempotent writing instead of failing.
+    with open_sink(downstream) as sink:
+        sink.write_rows(info, rows + txn)
+        sink.flush()
+        assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
+
+
+PK_TABLE = "CREATE TABLE t (a INT PRIMARY KEY, b INT, u VARCHAR(10), UNIQUE KEY uk (u))"
+
+
+def pk_rows(server, schema="db2"):
+    conn = server.connect(schema)
+    with conn.cursor() as cur:
+        cur.execute("SELECT a, b, u FROM t ORDER BY a")
+        rows = cur.fetchall()
+    conn.close()
+    return [tuple(r) for r in rows]
+
+
+@pytest.mark.parametrize("query, replicating", [("", 0), ("safe-mode=true", 0), ("", 10**30),
+                                                 ("multi-stmt-enable=false&batch-dml-enable=false", 0)])
+def test_pk_swap_example_of_document_003(downstream, query, replicating):
+    with open_sink(downstream, query, replicating_ts=replicating) as sink:
+        info = setup_table(sink, downstream, "db2", PK_TABLE, "t")
+        sink.write_rows(info, [RowChange(ts(3), "db2", "t", "insert", after=("1", "1", "p"), seq=0),
+                               RowChange(ts(4), "db2", "t", "insert", after=("2", "2", "q"), seq=0)])
+        # BEGIN; UPDATE t SET a = 3 WHERE a = 2; UPDATE t SET a = 2 WHERE a = 1; COMMIT;
+        sink.write_rows(info, [RowChange(ts(5), "db2", "t", "update", before=("2", "2", "q"), after=("3", "2", "q")),
+                               RowChange(ts(5), "db2", "t", "update", before=("1", "1", "p"), after=("2", "1", "p"),
+                                         seq=1)])
+        sink.flush()
+        assert pk_rows(downstream) == [(2, 1, "p"), (3, 2, "q")]
+        # Three-statement swap of two rows' keys, and a unique-key swap through a temporary value.
+        sink.write_rows(info, [
+            RowChange(ts(6), "db2", "t", "update", before=("2", "1", "p"), after=("9", "1", "p"), seq=0),
+            RowChange(ts(6), "db2", "t", "update", before=("3", "2", "q"), after=("2", "2", "q"), seq=1),
+            RowChange(ts(6), "db2", "t", "update", before=("9", "1", "p"), after=("3", "1", "p"), seq=2),
+            RowChange(ts(6), "db2", "t", "update", before=("3", "1", "p"), after=("3", "1", "tmp"), seq=3),
+            RowChange(ts(6), "db2", "t", "update", before=("2", "2", "q"), after=("2", "2", "p"), seq=4),
+            RowChange(ts(6), "db2", "t", "update", before=("3", "1", "tmp"), after=("3", "1", "q"), seq=5),
+        ])
+        sink.flush()
+        assert pk_rows(downstream) == [(2, 2, "p"), (3, 1, "q")]
+
+
+def test_safe_mode_with_missing_rows(downstream):
+    with open_sink(downstream, "safe-mode=true") as sink:
+        info = setup_table(sink, downstream, "db2", PK_TABLE, "t")
+        # Updates and deletes of rows the downstream never had: REPLACE creates, DELETE is a no-op.
+        sink.write_rows(info, [
+            RowChange(ts(3), "db2", "t", "update", before=("1", "1", "a"), after=("1", "5", "a")),
+            RowChange(ts(3), "db2", "t", "delete", before=("7", "7", "z"), seq=1),
+            RowChange(ts(3), "db2", "t", "insert", after=("8", "8", "h"), seq=2),
+        ])
+        sink.write_rows(info, [RowChange(ts(4), "db2", "t", "insert", after=("8", "9", "h"))])
+        sink.flush()
+        assert pk_rows(downstream) == [(1, 5, "a"), (8, 9, "h")]
+
+
+def test_ddl_replay_is_idempotent_and_uses_upstream_time(downstream):
+    with open_sink(downstream) as sink:
+        info = setup_table(sink, downstream, "db3", "CREATE TABLE t (a INT PRIMARY KEY)", "t")
+        # The row exists before ADD COLUMN, so its default is the DDL's (upstream) time.
+        sink.write_rows(info, [RowChange(ts(3), "db3", "t", "insert", after=("1",))])
+        sink.flush()
+        add = ddl(4, "db3", "t", "ALTER TABLE t ADD COLUMN created TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP",
+                  "add column")
+        index = ddl(5, "db3", "t", "CREATE INDEX ix ON t (created)", "add index")
+        sink.write_ddl(add)
+        sink.write_ddl(index)
+        # Replays of every DDL (and of the database/table creation) are treated as done.
+        for event in (ddl(1, "db3", "", "CREATE DATABASE `db3`", "create database"),
+                      ddl(2, "db3", "t", "CREATE TABLE t (a INT PRIMARY KEY)"), add, index,
+                      ddl(6, "db3", "t", "ALTER TABLE t DROP COLUMN nope", "drop column"),
+                      ddl(7, "db3", "gone", "DROP TABLE gone", "drop table")):
+            sink.write_ddl(event)
+        conn = downstream.connect("db3")
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+            cur.execute("SELECT a, CAST(created AS CHAR) FROM t")
+            assert cur.fetchall() == ((1, "2023-11-14 22:13:24"),)  # ts(4): 1_700_000_004 s
+        conn.close()
+        with pytest.raises(Exception, match="ErrExecDDLFailed"):
+            sink.write_ddl(ddl(8, "db3", "t", "ALTER TABLE t ADD COLUMN bad NOSUCHTYPE", "add column"))
+
+
+def test_parallel_writers_keep_per_key_order(downstream):
+    """Many small transactions over a few hot keys through 8 workers: the last write wins per key."""
+    with make_sink(downstream.uri + "?worker-count=8&max-txn-row=16", ReplicaConfig()) as sink:
+        info = setup_table(sink, downstream, "db4",
+                           "CREATE TABLE t (a INT PRIMARY KEY, v INT, u INT NOT NULL, UNIQUE KEY (u))", "t")
+        state: dict[int, tuple[str, str, str]] = {}
+        n = 10
+        for i in range(600):
+            key = i % 37
+            seq = 0
+            rows = []
+            old = state.get(key)
+            new = (str(key), str(i), str(1000 + key))
+            if old is None:
+                rows.append(RowChange(ts(n), "db4", "t", "insert", after=new, seq=seq))
+                state[key] = new
+            elif i % 5 == 0:
+                rows.append(RowChange(ts(n), "db4", "t", "delete", before=old, seq=seq))
+                del state[key]
+            else:
+                rows.append(RowChange(ts(n), "db4", "t", "update", before=old, after=new, seq=seq))
+                state[key] = new
+            sink.write_rows(info, rows)
+            n += 1
+        sink.flush()
+        conn = downstream.connect("db4")
+        with conn.cursor() as cur:
+            cur.execute("SELECT a, v, u FROM t ORDER BY a")
+            got = [tuple(str(x) for x in r) for r in cur.fetchall()]
+        conn.close()
+        assert got == [state[k] for k in sorted(state)]
+
+
+def test_transaction_atomicity_table_keeps_a_large_transaction_whole(downstream):
+    with open_sink(downstream, "transaction-atomicity=table&max-txn-row=8") as sink:
+        info = setup_table(sink, downstream, "db5", "CREATE TABLE t (a INT PRIMARY KEY)", "t")
+        sink.write_rows(info, [RowChange(ts(3), "db5", "t", "insert", after=(str(i),), seq=i) for i in range(100)])
+        sink.flush()
+        conn = downstream.connect("db5")
+        with conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM t")
+            assert cur.fetchone()[0] == 100
+        conn.close()
+
+
+def test_downstream_restart_is_retried_and_a_dead_one_fails_with_a_coded_error(downstream):
+    import threading
+    import time
+
+    sink = MySQLSink(downstream.uri, ReplicaConfig(), retry=RetryPolicy(0.05, 0.5, 20.0), ddl_retry=FAST_RETRY)
+    info = setup_table(sink, downstream, "db6", "CREATE TABLE t (a INT PRIMARY KEY)", "t")
+    sink.write_rows(info, [RowChange(ts(3), "db6", "t", "insert", after=("1",))])
+    sink.flush()
+    downstream.stop()
+    restart = threading.Thread(target=lambda: (time.sleep(1.0), downstream.start()))
+    restart.start()
+    sink.write_rows(info, [RowChange(ts(4), "db6", "t", "insert", after=("2",))])
+    sink.flush()
+    restart.join()
+    conn = downstream.connect("db6")
+    with conn.cursor() as cur:
+        cur.execute("SELECT a FROM t ORDER BY a")
+        assert cur.fetchall() == ((1,), (2,))
+    conn.close()
+    sink.close()
+
+    sink = open_sink(downstream)
+    sink.table_meta(info)
+    downstream.stop()
+    sink.write_rows(info, [RowChange(ts(5), "db6", "t", "insert", after=("3",))])
+    with pytest.raises(Exception, match="ErrMySQLConnectionError"):
+        sink.flush()
+    sink.close()
