@@ -15,18 +15,31 @@ def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
 
         parse_storage_uri(sink_uri, config.sink)
         return
+    if kind == "mysql":
+        from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
+
+        parse_mysql_sink_uri(sink_uri, config)
+        return
     raise ErrSinkUnsupported(
         f"the {kind} sink is not supported yet; use a storage sink such as "
-        "file:///path?protocol=canal-json"
+        "file:///path?protocol=canal-json or a MySQL sink such as mysql://user:password@host:3306/"
     )
 
 
-def make_sink(sink_uri: str, config: ReplicaConfig):
-    """The sink for a changefeed: write_rows, write_ddl, flush, write_checkpoint, close."""
+def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0):
+    """The sink for a changefeed: write_rows, write_ddl, flush, write_checkpoint, close.
+
+    `replicating_ts` (MySQL sink): rows committed at or before it may already be downstream
+    and are written idempotently; pass a ts at or above anything a previous run may have written.
+    """
     validate_sink(sink_uri, config)
     kind = classify_sink_uri(sink_uri)
     if kind == "storage":
         from sparkcdc.sink.storage.writer import StorageSink
 
         return StorageSink(sink_uri, config.sink)
+    if kind == "mysql":
+        from sparkcdc.sink.mysql.sink import MySQLSink
+
+        return MySQLSink(sink_uri, config, replicating_ts=replicating_ts)
     raise AssertionError(kind)  # validate_sink rejected every other kind
