@@ -278,24 +278,68 @@ def _handle_key(columns: list[_Column], known: Optional[TableInfo]) -> tuple[str
     return pk or tuple(c.name for c in columns)
 
 
+@dataclass(frozen=True)
+class TableFile:
+    """One data file of a table, with what is needed to decode it; files come in replay order."""
+
+    path: str
+    version: int
+    definition: TableDefinition
+    columns: tuple[_Column, ...]
+    key_columns: tuple[str, ...]
+
+
+def decoder_for(protocol: str):
+    """decode(text, columns, sink) -> changes, for canal-json or csv."""
+    if protocol not in _EXTENSIONS:
+        raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
+    return _decode_csv if protocol == "csv" else _decode_canal_json
+
+
+def table_files(fs, table_dir: str, protocol: str, known: Optional[TableInfo] = None) -> list[TableFile]:
+    """Data files of one table, table versions in order and files in index order within each."""
+    extension = _EXTENSIONS.get(protocol)
+    if extension is None:
+        raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
+    definitions = _schema_definitions(fs, table_dir)
+    versions = sorted(int(v) for v in _list_dirs(fs, table_dir) if v.isdigit())
+    result = []
+    for version in versions:
+        usable = [v for v in definitions if v <= version]
+        if not usable:
+            raise ErrStorageIO(f"{table_dir}/{version} has data but no schema file")
+        definition = definitions[max(usable)]
+        columns = tuple(_columns(definition, known))
+        key_columns = _handle_key(list(columns), known)
+        for path in _data_files(fs, posixpath.join(table_dir, str(version)), extension):
+            result.append(TableFile(path, version, definition, columns, key_columns))
+    return result
+
+
+def table_definitions(fs, table_dir: str) -> dict[int, TableDefinition]:
+    """Schema files of one table by table version."""
+    return _schema_definitions(fs, table_dir)
+
+
 def rebuild_tables(
     root: str,
     protocol: str,
     sink: Optional[SinkConfig] = None,
     table_infos: Optional[Mapping[tuple[str, str], TableInfo]] = None,
+    as_of_ts: Optional[int] = None,
 ) -> Tables:
-    """(schema, table) -> {handle key tuple -> row} as of the storage checkpoint.
+    """(schema, table) -> {handle key tuple -> row} as of the storage checkpoint (or as_of_ts,
+    if earlier).
 
     `table_infos` optionally supplies what schema files lack: enum/set members (else parsed
     from the DDL query) and a non-PK handle key (else the PK, else all columns).
     """
-    extension = _EXTENSIONS.get(protocol)
-    if extension is None:
-        raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
+    decode = decoder_for(protocol)
     sink = sink or SinkConfig(protocol=protocol)
-    decode = _decode_csv if protocol == "csv" else _decode_canal_json
     fs, root = open_storage(root)
     checkpoint = _checkpoint_ts(fs, root)
+    if as_of_ts is not None:
+        checkpoint = min(checkpoint, as_of_ts)
     table_infos = table_infos or {}
     result: Tables = {}
     for schema in _list_dirs(fs, root):
@@ -303,31 +347,21 @@ def rebuild_tables(
         for table in _list_dirs(fs, schema_dir):
             if table == "meta":
                 continue
-            table_dir = posixpath.join(schema_dir, table)
-            definitions = _schema_definitions(fs, table_dir)
-            versions = sorted(int(v) for v in _list_dirs(fs, table_dir) if v.isdigit())
             rows = result.setdefault((schema, table), {})
             applied_upto = -1  # commit-ts of the newest transaction already applied
-            for version in versions:
-                usable = [v for v in definitions if v <= version]
-                if not usable:
-                    raise ErrStorageIO(f"{table_dir}/{version} has data but no schema file")
-                definition = definitions[max(usable)]
-                known = table_infos.get((schema, table))
-                columns = _columns(definition, known)
-                key_columns = _handle_key(columns, known)
-                for path in _data_files(fs, posixpath.join(table_dir, str(version)), extension):
-                    with fs.open(path, "rb") as handle:
-                        text = handle.read().decode("utf-8")
-                    newest = applied_upto
-                    for change in decode(text, columns, sink):
-                        ts = change.commit_ts
-                        if ts is not None:
-                            if ts > checkpoint or ts <= applied_upto:
-                                continue  # not yet checkpointed, or a replay
-                            newest = max(newest, ts)
-                        _apply(rows, change, key_columns)
-                    applied_upto = newest
+            known = table_infos.get((schema, table))
+            for data_file in table_files(fs, posixpath.join(schema_dir, table), protocol, known):
+                with fs.open(data_file.path, "rb") as handle:
+                    text = handle.read().decode("utf-8")
+                newest = applied_upto
+                for change in decode(text, list(data_file.columns), sink):
+                    ts = change.commit_ts
+                    if ts is not None:
+                        if ts > checkpoint or ts <= applied_upto:
+                            continue  # not yet checkpointed, or a replay
+                        newest = max(newest, ts)
+                    _apply(rows, change, data_file.key_columns)
+                applied_upto = newest
     return result
 
 

@@ -146,6 +146,7 @@ def start_emulator(backend: str, work_dir: Optional[str] = None, timeout: float 
     """Start one emulator on a free 127.0.0.1 port and wait until it answers."""
     binary = binary_for(backend)
     work_dir = work_dir or tempfile.mkdtemp(prefix=f"sparkcdc-{backend}-")
+    os.makedirs(work_dir, exist_ok=True)
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     if backend == "s3":
