@@ -48,6 +48,7 @@ class ColumnInfo:
     unsigned: bool = False
     nullable: bool = True
     is_primary_key: bool = False
+    is_unique_key: bool = False  # part of a UNIQUE index (TiCDC's UniqueKeyFlag)
     charset: Optional[str] = None  # "binary" for binary strings; None where not a string
     length: Optional[int] = None  # characters for char/varchar/binary/varbinary, bits for bit
     precision: Optional[int] = None  # decimal precision

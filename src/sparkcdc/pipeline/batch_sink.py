@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.source import RANGE_MARKER
+from sparkcdc.pipeline.update_split import split_key_updates
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,7 @@ def write_batch(
     sink: RowSink,
     table_filter: Callable[[str, str], bool],  # (schema, table or "" for db-level DDL)
     on_checkpoint: Callable[[int], None],
+    split_updates: bool = False,
 ) -> BatchResult | None:
     bounds = batch_bounds(table)
     if bounds is None:
@@ -85,6 +87,8 @@ def write_batch(
         info = index.table_info_at(schema, name, start)
         if info is None:
             raise RuntimeError(f"no table info for {schema}.{name} at {start}")
+        if split_updates:
+            rows = split_key_updates(info, rows)
         sink.write_rows(info, rows)
         written += len(rows)
     sink.flush()

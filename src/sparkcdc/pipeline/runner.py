@@ -24,7 +24,7 @@ from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
-from sparkcdc.sink.factory import make_sink
+from sparkcdc.sink.factory import make_sink, splits_key_updates
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -131,6 +131,7 @@ class ChangefeedRunner:
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
+        split_updates = splits_key_updates(info.sink_uri, config)
 
         def on_checkpoint(ts: int) -> None:
             self._store.advance_checkpoint(namespace, changefeed_id, ts, index.resolved_ts())
@@ -138,7 +139,8 @@ class ChangefeedRunner:
                 self._finish(namespace, changefeed_id)
 
         def write(df, batch_id: int) -> None:
-            result = write_batch(df.toArrow(), index, sink, table_filter.match_event, on_checkpoint)
+            result = write_batch(df.toArrow(), index, sink, table_filter.match_event, on_checkpoint,
+                                 split_updates)
             if result is not None and (result.rows or result.ddls):
                 log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d", changefeed_id,
                          batch_id, result.start, result.end, result.rows, result.ddls)

@@ -43,3 +43,12 @@ def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0):
 
         return MySQLSink(sink_uri, config, replicating_ts=replicating_ts)
     raise AssertionError(kind)  # validate_sink rejected every other kind
+
+
+def splits_key_updates(sink_uri: str, config: ReplicaConfig) -> bool:
+    """Whether key-changing updates reach this sink as delete + insert (TiCDC's rule for MQ
+    and storage sinks unless output-raw-change-event; MySQL sinks split in their own way)."""
+    kind = classify_sink_uri(sink_uri)
+    if kind == "storage":
+        return not config.sink.cloud_storage_config.output_raw_change_event
+    return False

@@ -84,6 +84,7 @@ def read_table_info(conn, schema: str, table: str, version: int, table_id: int) 
         indexes.setdefault(index_name, []).append(column_name)
         unique[index_name] = not int(non_unique)
     primary = indexes.get("PRIMARY", [])
+    unique_columns = {c for name, cols in indexes.items() if unique[name] and name != "PRIMARY" for c in cols}
 
     columns = []
     for name, data_type, column_type, is_nullable, charset, char_len, num_prec, num_scale, dt_prec, extra in column_rows:
@@ -115,6 +116,7 @@ def read_table_info(conn, schema: str, table: str, version: int, table_id: int) 
                 unsigned="unsigned" in column_type,
                 nullable=is_nullable == "YES",
                 is_primary_key=name in primary,
+                is_unique_key=name in unique_columns,
                 charset=charset,
                 length=length,
                 precision=precision,
