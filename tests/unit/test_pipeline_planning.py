@@ -100,14 +100,15 @@ def batch_table(rows):
 
 
 def test_rows_flush_before_the_ddl_barrier_and_checkpoint_comes_last():
-    info = TableInfo("db", "t", 1, (ColumnInfo("id", "int", is_primary_key=True),), 1, ("id",))
+    info = TableInfo("db", "t", 1, (ColumnInfo("id", "int", is_primary_key=True), ColumnInfo("v", "int")),
+                     1, ("id",))
     ddl = DDLEvent(30, "db", "t", "ALTER TABLE t ADD c INT", "add column")
     index = FakeIndex([], 30, ddls=[ddl], tables=[info])
     table = batch_table([
-        (20, 1, "db", "t", "insert", None, ["2"]),
+        (20, 1, "db", "t", "insert", None, ["2", "0"]),
         (30, 5, "", "", RANGE_MARKER, None, None),
-        (10, 0, "db", "t", "insert", None, ["1"]),
-        (20, 0, "db", "t", "update", ["1"], ["1"]),
+        (10, 0, "db", "t", "insert", None, ["1", "0"]),
+        (20, 0, "db", "t", "update", ["1", "0"], ["1", "1"]),
     ])
     sink, checkpoints = RecordingSink(), []
     result = write_batch(table, index, sink, lambda s, t: True, checkpoints.append)

@@ -1,7 +1,8 @@
 """Writing one micro-batch to the sink, then advancing the checkpoint.
 
-Order per batch: every row, grouped by table and ordered by (commit_ts, seq) within it, is
-written and flushed; then the batch's DDL (at most one, the batch's last transaction) runs as
+Order per batch: every row, grouped by table and ordered by (commit_ts, seq) within it, reduced
+to one change per key per transaction (netting.py) and split where the sink wants key changes
+as delete + insert (update_split.py), is written and flushed; then the batch's DDL (at most one, the batch's last transaction) runs as
 a barrier; only then is the checkpoint-ts (the batch end) persisted, first in the sink
 (`metadata`) and then in the metadata store. A crash anywhere before that replays the batch
 from the previous checkpoint: duplicates, never gaps.
@@ -17,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.pipeline.source import RANGE_MARKER
 from sparkcdc.pipeline.update_split import split_key_updates
 from sparkcdc.upstream.txn_index import TxnIndex
@@ -87,6 +89,7 @@ def write_batch(
         info = index.table_info_at(schema, name, start)
         if info is None:
             raise RuntimeError(f"no table info for {schema}.{name} at {start}")
+        rows = net_changes_per_key(info, rows)
         if split_updates:
             rows = split_key_updates(info, rows)
         sink.write_rows(info, rows)
