@@ -151,6 +151,54 @@ def canal_value(col: ColumnInfo, value: str) -> str:
     return value
 
 
+class _TableLayout:
+    """Everything about a table version that is the same for each of its rows, computed once."""
+
+    def __init__(self, table: TableInfo, full_types: bool):
+        columns = table.columns
+        pk_names = table.primary_key
+        self.columns = columns
+        self.prefix = ",".join([
+            '{"id":0',
+            '"database":' + gojson.quote(table.schema),
+            '"table":' + gojson.quote(table.table),
+            '"pkNames":' + (gojson.dumps(list(pk_names)) if pk_names else "null"),
+            '"isDdl":false',
+        ])
+        self.quoted_names = [gojson.quote(c.name) for c in columns]
+        # The Java type of unsigned integers depends on the value; every other is fixed.
+        self.static_java = [
+            None if c.unsigned and type_name(c) in _UNSIGNED_PROMOTION else java_type(c, None)
+            for c in columns
+        ]
+        self.converts = [type_name(c) in ("enum", "set") for c in columns]
+        self.all_columns = [True] * len(columns)
+        self.handle_key_only = [c.name in table.handle_key for c in columns]
+
+        def mysql_types(keep):
+            return '"mysqlType":{' + ",".join(
+                name + ":" + gojson.quote(mysql_type(c, full_types))
+                for c, name, k in zip(columns, self.quoted_names, keep) if k
+            ) + "}"
+
+        self.mysql_types = mysql_types(self.all_columns)
+        self.handle_key_mysql_types = mysql_types(self.handle_key_only)
+
+    def fill(self, values: Sequence[Value], keep: Sequence[bool]) -> str:
+        if not self.columns:
+            return "null"
+        fields = []
+        for col, name, convert, value, k in zip(self.columns, self.quoted_names, self.converts, values, keep):
+            if not k:
+                continue
+            if value is None:
+                rendered = "null"
+            else:
+                rendered = gojson.quote(canal_value(col, value) if convert else value)
+            fields.append(name + ":" + rendered)
+        return "[{" + ",".join(fields) + "}]"
+
+
 class CanalJSONEncoder:
     """Canal-JSON rows for storage files (TiCDC's JSONTxnEventEncoder) and MQ messages."""
 
@@ -163,6 +211,7 @@ class CanalJSONEncoder:
         self._full_types = sink.content_compatible
         # TiCDC turns on only-output-updated-columns whenever content-compatible is set.
         self._only_updated = sink.only_output_updated_columns or sink.content_compatible
+        self._layouts: dict[tuple, _TableLayout] = {}
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -174,64 +223,48 @@ class CanalJSONEncoder:
             out += self._terminator
         return bytes(out)
 
+    def _layout(self, table: TableInfo) -> "_TableLayout":
+        key = (table.schema, table.table, table.version, table.columns)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = _TableLayout(table, self._full_types)
+        return layout
+
     def encode_row(self, table: TableInfo, row: RowChange) -> str:
+        layout = self._layout(table)
         columns = table.columns
         only_handle_key = row.op == "delete" and self._sink.delete_only_output_handle_key_columns
-        keep = [
-            not only_handle_key or c.name in table.handle_key for c in columns
-        ]
+        keep = layout.handle_key_only if only_handle_key else layout.all_columns
         image = row.before if row.op == "delete" else row.after
         assert image is not None
-        pk_names = table.primary_key
         parts = [
-            '{"id":0',
-            '"database":' + gojson.quote(table.schema),
-            '"table":' + gojson.quote(table.table),
-            '"pkNames":' + (gojson.dumps(list(pk_names)) if pk_names else "null"),
-            '"isDdl":false',
+            layout.prefix,
             '"type":' + gojson.quote(row.op.upper()),
             f'"es":{physical_ms(row.commit_ts)}',
             f'"ts":{self._now_ms()}',
             '"sql":""',
         ]
         sql_types = [
-            gojson.quote(c.name) + ":" + str(java_type(c, v))
-            for c, v, k in zip(columns, image, keep)
-            if k
-        ]
-        mysql_types = [
-            gojson.quote(c.name) + ":" + gojson.quote(mysql_type(c, self._full_types))
-            for c, k in zip(columns, keep)
+            name + ":" + (str(static) if static is not None else str(java_type(c, v)))
+            for c, name, static, v, k in zip(columns, layout.quoted_names, layout.static_java, image, keep)
             if k
         ]
         parts.append('"sqlType":' + ("{" + ",".join(sql_types) + "}" if sql_types else "null"))
-        parts.append('"mysqlType":{' + ",".join(mysql_types) + "}")
+        parts.append(layout.handle_key_mysql_types if only_handle_key else layout.mysql_types)
         if row.op == "update":
             assert row.before is not None and row.after is not None
             old_keep = keep
             if self._only_updated:
                 old_keep = [k and b != a for k, b, a in zip(keep, row.before, row.after)]
-            parts.append('"old":' + self._fill(columns, row.before, old_keep))
-            parts.append('"data":' + self._fill(columns, row.after, keep))
+            parts.append('"old":' + layout.fill(row.before, old_keep))
+            parts.append('"data":' + layout.fill(row.after, keep))
         else:
             parts.append('"old":null')
-            parts.append('"data":' + self._fill(columns, image, keep))
+            parts.append('"data":' + layout.fill(image, keep))
         text = ",".join(parts)
         if self._sink.enable_tidb_extension:
             text += ',"_tidb":{"commitTs":' + str(row.commit_ts) + "}"
         return text + "}"
-
-    @staticmethod
-    def _fill(columns: Sequence[ColumnInfo], values: Sequence[Value], keep: Sequence[bool]) -> str:
-        if not columns:
-            return "null"
-        fields = []
-        for col, value, k in zip(columns, values, keep):
-            if not k:
-                continue
-            rendered = "null" if value is None else gojson.quote(canal_value(col, value))
-            fields.append(gojson.quote(col.name) + ":" + rendered)
-        return "[{" + ",".join(fields) + "}]"
 
     def _message(self, schema: str, table: str, is_ddl: bool, event_type: str, ts: int,
                  query: str, extension: Optional[dict]) -> bytes:

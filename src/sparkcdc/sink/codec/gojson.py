@@ -9,6 +9,7 @@ Python's `json` differs (`\\b`, `\\f`, no HTML escaping), so string quoting live
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 _HEX = "0123456789abcdef"
@@ -23,15 +24,15 @@ def _escape_char(ch: str) -> str:
     return "\\u" + "".join(_HEX[(code >> shift) & 0xF] for shift in (12, 8, 4, 0))
 
 
-def _needs_escape(ch: str) -> bool:
-    return ch in _SHORT or ch < " " or ch in "<>&\u2028\u2029"
+# Every character Go escapes: quote, backslash, control characters, HTML and line separators.
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\<>&\u2028\u2029]')
 
 
 def quote(text: str) -> str:
     """A JSON string literal as Go writes it (HTML-safe)."""
-    if not any(_needs_escape(ch) for ch in text):
+    if _NEEDS_ESCAPE.search(text) is None:  # the common case, without a per-character loop
         return '"' + text + '"'
-    return '"' + "".join(_escape_char(ch) if _needs_escape(ch) else ch for ch in text) + '"'
+    return '"' + _NEEDS_ESCAPE.sub(lambda m: _escape_char(m.group()), text) + '"'
 
 
 def dumps(value: Any) -> str:
