@@ -35,6 +35,14 @@ class CloudStorageConfig:
 
 
 @dataclass
+class ColumnSelector:
+    """One `[[sink.column-selectors]]` entry: columns (`!` excludes) sent for matched tables."""
+
+    matcher: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+
+
+@dataclass
 class SinkConfig:
     protocol: str = ""
     transaction_atomicity: str = ""
@@ -48,13 +56,28 @@ class SinkConfig:
     content_compatible: bool = False
     safe_mode: bool = False
     csv: CSVConfig = field(default_factory=CSVConfig)
+    column_selectors: list[ColumnSelector] = field(default_factory=list)
     cloud_storage_config: CloudStorageConfig = field(default_factory=CloudStorageConfig)
+
+
+@dataclass
+class EventFilterRule:
+    """`[[filter.event-filters]]`: events of `matcher`'s tables to drop (sparkcdc.filter)."""
+
+    matcher: list[str] = field(default_factory=list)
+    ignore_event: list[str] = field(default_factory=list)
+    ignore_sql: list[str] = field(default_factory=list)
+    ignore_insert_value_expr: str = ""
+    ignore_update_new_value_expr: str = ""
+    ignore_update_old_value_expr: str = ""
+    ignore_delete_value_expr: str = ""
 
 
 @dataclass
 class FilterConfig:
     rules: list[str] = field(default_factory=lambda: ["*.*"])
     ignore_txn_start_ts: list[int] = field(default_factory=list)
+    event_filters: list[EventFilterRule] = field(default_factory=list)
 
 
 @dataclass
@@ -133,10 +156,8 @@ def _init_rules() -> None:
                        "compression": "", "flush_concurrency": 1,
                        "memory_usage": {"memory_quota_percentage": 50}},
     }
-    _UNSUPPORTED[FilterConfig] = {"event_filters": []}
     _UNSUPPORTED[SinkConfig] = {
         "dispatchers": [],
-        "column_selectors": [],
         "schema_registry": "",
         "encoder_concurrency": 32,
         "enable_kafka_sink_v2": False,
@@ -286,8 +307,14 @@ def _build(cls: type, data: _Any, path: str, style: _KeyStyle):
             continue  # JSON null: not set, as TiCDC's pointer fields treat it
         if name in fields:
             expected = hints[name]
+            item_types = _typing.get_args(expected) if _typing.get_origin(expected) is list else ()
             if _dataclasses.is_dataclass(expected):
                 values[name] = _build(expected, value, full_key, style)
+            elif item_types and _dataclasses.is_dataclass(item_types[0]):
+                if not isinstance(value, list):
+                    raise _invalid(f"`{full_key}` must be an array of tables, got {_type_name(value)}")
+                values[name] = [_build(item_types[0], item, f"{full_key}[{i}]", style)
+                                for i, item in enumerate(value)]
             else:
                 values[name] = _check_scalar(expected, value, full_key)
                 _check_rules(cls, name, values[name], full_key)
@@ -299,8 +326,20 @@ def _build(cls: type, data: _Any, path: str, style: _KeyStyle):
     return cls(**values)
 
 
+def _validate_filters(config: ReplicaConfig) -> None:
+    """Compile every filter once so a bad rule, regex or expression fails changefeed creation."""
+    from sparkcdc.filter.column_selector import ColumnSelectors
+    from sparkcdc.filter.event_filter import EventFilter
+    from sparkcdc.filter.table_filter import TableFilter
+
+    TableFilter(config.filter.rules, config.case_sensitive)
+    EventFilter(config.filter.event_filters, config.case_sensitive)
+    ColumnSelectors(config.sink.column_selectors, config.case_sensitive)
+
+
 def _validate_whole(config: ReplicaConfig) -> None:
     """Rules that relate several keys (TiCDC's ReplicaConfig.ValidateAndAdjust, the parts we run)."""
+    _validate_filters(config)
     csv = config.sink.csv
     prefix = "sink.csv."
     if not 1 <= len(csv.delimiter) <= 3:

@@ -17,6 +17,7 @@ from typing import Callable, Protocol, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.pipeline.source import RANGE_MARKER
@@ -79,6 +80,7 @@ def write_batch(
     table_filter: Callable[[str, str], bool],  # (schema, table or "" for db-level DDL)
     on_checkpoint: Callable[[int], None],
     split_updates: bool = False,
+    filters: ChangeFilters | None = None,  # event filters and column selectors
 ) -> BatchResult | None:
     bounds = batch_bounds(table)
     if bounds is None:
@@ -92,10 +94,14 @@ def write_batch(
         rows = net_changes_per_key(info, rows)
         if split_updates:
             rows = split_key_updates(info, rows)
+        if filters is not None:
+            info, rows = filters.rows(info, rows)
         sink.write_rows(info, rows)
         written += len(rows)
     sink.flush()
     ddls = [d for d in index.ddls_between(start, end) if table_filter(d.schema, d.table)]
+    if filters is not None:
+        ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
     for ddl in ddls:
         sink.write_ddl(ddl)
     if ddls:

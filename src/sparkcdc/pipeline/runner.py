@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sparkcdc.config.replica import ReplicaConfig, replica_config_from_dict
+from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions
@@ -134,6 +135,7 @@ class ChangefeedRunner:
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
         split_updates = splits_key_updates(info.sink_uri, config)
+        filters = ChangeFilters(config, info.sink_uri)
 
         def on_checkpoint(ts: int) -> None:
             self._store.advance_checkpoint(namespace, changefeed_id, ts, index.resolved_ts())
@@ -142,7 +144,7 @@ class ChangefeedRunner:
 
         def write(df, batch_id: int) -> None:
             result = write_batch(df.toArrow(), index, sink, table_filter.match_event, on_checkpoint,
-                                 split_updates)
+                                 split_updates, filters)
             if result is not None and (result.rows or result.ddls):
                 log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d", changefeed_id,
                          batch_id, result.start, result.end, result.rows, result.ddls)
