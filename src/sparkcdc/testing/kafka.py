@@ -1,0 +1,174 @@
+"""A one-node Apache Kafka (KRaft, broker + controller) for tests and local runs.
+
+The jars come from Maven Central through `scripts/setup-kafka.sh` (into `.tools/kafka/lib`).
+Each broker gets its own data directory and free ports on 127.0.0.1, a small heap and the
+client JIT only, so it starts in seconds on a busy 2-core machine.
+
+    with start_kafka(tmp_path) as kafka:
+        uri = f"kafka://{kafka.bootstrap}/topic?protocol=canal-json"
+
+    python -m sparkcdc.testing.kafka /tmp/kafka-data   # runs a broker until Ctrl-C
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+from sparkcdc.testing.emulators import free_port, tools_dir
+
+JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+               "-Djava.awt.headless=true")
+
+
+class KafkaNotInstalled(RuntimeError):
+    """The broker jars are missing: run scripts/setup-kafka.sh."""
+
+
+def kafka_lib_dir() -> Path:
+    lib = tools_dir() / "kafka" / "lib"
+    if not any(lib.glob("kafka_2.13-*.jar")):
+        raise KafkaNotInstalled(f"no Kafka jars in {lib}; run scripts/setup-kafka.sh")
+    return lib
+
+
+def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+    return "\n".join([
+        "process.roles=broker,controller",
+        "node.id=1",
+        f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        "controller.listener.names=CONTROLLER",
+        "inter.broker.listener.name=PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        f"log.dirs={data_dir / 'logs'}",
+        "num.partitions=1",
+        "offsets.topic.replication.factor=1",
+        "offsets.topic.num.partitions=4",
+        "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1",
+        "share.coordinator.state.topic.replication.factor=1",
+        "share.coordinator.state.topic.min.isr=1",
+        "group.initial.rebalance.delay.ms=0",
+        "auto.create.topics.enable=false",
+        "message.max.bytes=10485760",
+        "",
+    ])
+
+
+@dataclass
+class KafkaBroker:
+    """A broker process; `bootstrap` is `127.0.0.1:<port>`. Restartable on the same data."""
+
+    data_dir: Path
+    port: int = field(default_factory=free_port)
+    controller_port: int = field(default_factory=free_port)
+    process: Optional[subprocess.Popen] = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def _config(self) -> Path:
+        return self.data_dir / "server.properties"
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        classpath = str(kafka_lib_dir()) + "/*"
+        log4j = self.data_dir / "log4j2.properties"
+        return ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, main, *args]
+
+    def format(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._config.write_text(_server_properties(self.data_dir, self.port, self.controller_port))
+        (self.data_dir / "log4j2.properties").write_text(
+            "rootLogger.level=WARN\nrootLogger.appenderRef.f.ref=F\n"
+            "appender.f.type=File\nappender.f.name=F\n"
+            f"appender.f.fileName={self.data_dir / 'server.log'}\n"
+            "appender.f.layout.type=PatternLayout\nappender.f.layout.pattern=%d %p %c: %m%n\n"
+            "logger.k.name=kafka.server.KafkaServer\nlogger.k.level=INFO\n"
+            "logger.r.name=kafka.server.KafkaRaftServer\nlogger.r.level=INFO\n")
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        subprocess.run(self._java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+                                  "--config", str(self._config), "--ignore-formatted"),
+                       check=True, capture_output=True, timeout=120)
+
+    def start(self, timeout: float = 120.0) -> "KafkaBroker":
+        if not self._config.exists():
+            self.format()
+        out = open(self.data_dir / "stdout.log", "ab")
+        self.process = subprocess.Popen(self._java("kafka.Kafka", str(self._config)),
+                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        out.close()
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        admin = None
+        while time.monotonic() < deadline:
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(f"Kafka exited with {self.process.returncode}; see {self.data_dir}/stdout.log")
+            try:
+                if admin is None:
+                    # Connect by hand first: librdkafka logs every refused connection.
+                    socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                    admin = AdminClient({"bootstrap.servers": self.bootstrap})
+                if admin.list_topics(timeout=2).brokers:
+                    return
+            except Exception:  # not listening yet
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise TimeoutError(f"Kafka on {self.bootstrap} not ready in {timeout}s; see {self.data_dir}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (a clean shutdown, ~2-3 s), SIGKILL if it does not exit in `timeout`."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@contextlib.contextmanager
+def start_kafka(data_dir: os.PathLike | str) -> Iterator[KafkaBroker]:
+    broker = KafkaBroker(Path(data_dir)).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def main(argv: list[str]) -> int:
+    data_dir = Path(argv[1] if len(argv) > 1 else ".work/kafka")
+    with start_kafka(data_dir) as broker:
+        print(f"Kafka ready on {broker.bootstrap} (data in {data_dir}); Ctrl-C stops it", flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            signal.pause()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
