@@ -35,3 +35,4 @@ fi
 if [ -x scripts/setup-emulators.sh ]; then
   ./scripts/setup-emulators.sh
 fi
+./scripts/setup-kafka.sh
