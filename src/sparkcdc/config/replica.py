@@ -35,11 +35,78 @@ class CloudStorageConfig:
 
 
 @dataclass
+class CodecConfig:
+    """`[sink.kafka-config.codec-config]` (TiCDC's CodecConfig)."""
+
+    enable_tidb_extension: bool = False
+    max_batch_size: int = 16
+    avro_enable_watermark: bool = False
+    avro_decimal_handling_mode: str = "precise"  # precise | string
+    avro_bigint_unsigned_handling_mode: str = "long"  # long | string
+    encoding_format: str = "json"  # json | avro (simple only)
+
+
+@dataclass
+class LargeMessageHandleConfig:
+    large_message_handle_option: str = "none"  # none | handle-key-only | claim-check
+    large_message_handle_compression: str = "none"
+    claim_check_storage_uri: str = ""
+    claim_check_raw_value: bool = False
+
+
+@dataclass
+class KafkaConfig:
+    """`[sink.kafka-config]`: the Kafka URI's parameters; a value given in the URI wins.
+    Empty/zero values mean "not set" (TiCDC's pointer fields); defaults live in
+    sparkcdc.sink.kafka.config."""
+
+    partition_num: int = 0
+    replication_factor: int = 0
+    kafka_version: str = ""
+    max_message_bytes: int = 0
+    compression: str = ""
+    kafka_client_id: str = ""
+    auto_create_topic: bool = True
+    dial_timeout: str = ""
+    write_timeout: str = ""
+    read_timeout: str = ""
+    required_acks: int = -1
+    sasl_user: str = ""
+    sasl_password: str = ""
+    sasl_mechanism: str = ""
+    enable_tls: bool = False
+    ca: str = ""
+    cert: str = ""
+    key: str = ""
+    insecure_skip_verify: bool = False
+    output_raw_change_event: bool = False
+    codec_config: CodecConfig = field(default_factory=CodecConfig)
+    large_message_handle: LargeMessageHandleConfig = field(default_factory=LargeMessageHandleConfig)
+
+
+@dataclass
+class DispatchRule:
+    """One `[[sink.dispatchers]]` entry: tables it matches, their topic and partition rule."""
+
+    matcher: list[str] = field(default_factory=list)
+    partition: str = ""  # default | table | ts | index-value | columns (rowid = index-value)
+    dispatcher: str = ""  # TiCDC's old name of `partition`
+    topic: str = ""
+    index: str = ""
+    columns: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ColumnSelector:
     """One `[[sink.column-selectors]]` entry: columns (`!` excludes) sent for matched tables."""
 
     matcher: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
+
+
+@dataclass
+class OpenProtocolConfig:
+    output_old_value: bool = True
 
 
 @dataclass
@@ -56,7 +123,11 @@ class SinkConfig:
     content_compatible: bool = False
     safe_mode: bool = False
     csv: CSVConfig = field(default_factory=CSVConfig)
+    dispatchers: list[DispatchRule] = field(default_factory=list)
     column_selectors: list[ColumnSelector] = field(default_factory=list)
+    schema_registry: str = ""
+    open: OpenProtocolConfig = field(default_factory=OpenProtocolConfig)
+    kafka_config: KafkaConfig = field(default_factory=KafkaConfig)
     cloud_storage_config: CloudStorageConfig = field(default_factory=CloudStorageConfig)
 
 
@@ -156,9 +227,25 @@ def _init_rules() -> None:
                        "compression": "", "flush_concurrency": 1,
                        "memory_usage": {"memory_quota_percentage": 50}},
     }
+    _CHOICES[(CodecConfig, "avro_decimal_handling_mode")] = ("precise", "string")
+    _CHOICES[(CodecConfig, "avro_bigint_unsigned_handling_mode")] = ("long", "string")
+    _CHOICES[(CodecConfig, "encoding_format")] = ("json", "avro")
+    _RANGES[(CodecConfig, "max_batch_size")] = (1, 2**31 - 1)
+    _CHOICES[(LargeMessageHandleConfig, "large_message_handle_option")] = (
+        "none", "handle-key-only", "claim-check")
+    _CHOICES[(LargeMessageHandleConfig, "large_message_handle_compression")] = ("none", "lz4", "snappy")
+    _CHOICES[(KafkaConfig, "required_acks")] = (-1, 0, 1)
+    _CHOICES[(KafkaConfig, "compression")] = ("", "none", "gzip", "snappy", "lz4", "zstd")
+    _CHOICES[(KafkaConfig, "sasl_mechanism")] = ("", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "GSSAPI")
+    _RANGES[(KafkaConfig, "partition_num")] = (0, 2**31 - 1)
+    _RANGES[(KafkaConfig, "replication_factor")] = (0, 32767)
+    _RANGES[(KafkaConfig, "max_message_bytes")] = (0, 2**31 - 1)
+    _CHOICES[(DispatchRule, "partition")] = (
+        "", "default", "table", "ts", "index-value", "rowid", "columns")
+    _CHOICES[(DispatchRule, "dispatcher")] = _CHOICES[(DispatchRule, "partition")]
+    _UNSUPPORTED[KafkaConfig] = {"kafka_sink_v2": False, "max_retry": 5,
+                                 "glue_schema_registry_config": {}}
     _UNSUPPORTED[SinkConfig] = {
-        "dispatchers": [],
-        "schema_registry": "",
         "encoder_concurrency": 32,
         "enable_kafka_sink_v2": False,
         "advance_timeout_in_sec": 150,
@@ -167,9 +254,7 @@ def _init_rules() -> None:
         "send_bootstrap_to_all_partition": True,
         "send_all_bootstrap_at_start": False,
         "debezium_disable_schema": False,
-        "open": {"output_old_value": True},
         "debezium": {"output_old_value": True},
-        "kafka_config": {},
         "pulsar_config": {},
         "mysql_config": {},
     }
@@ -352,8 +437,47 @@ def _validate_whole(config: ReplicaConfig) -> None:
         raise _invalid(f"`{prefix}delimiter` {csv.delimiter!r} must not contain the quote character {csv.quote!r}")
     if any(ch in csv.quote for ch in "\r\n"):
         raise _invalid(f"`{prefix}quote` must not contain CR or LF")
+    _validate_mq(config)
     if config.sink.terminator not in ("\r\n", "\n", "\r", ""):
         raise _invalid(f"`sink.terminator` is {config.sink.terminator!r}; allowed values: \"\\r\\n\", \"\\n\", \"\\r\"")
+
+
+def _validate_mq(config: ReplicaConfig) -> None:
+    """Dispatcher rules, topic expressions and column selectors (TiCDC's SinkConfig.validate)."""
+    for i, rule in enumerate(config.sink.dispatchers):
+        where = f"sink.dispatchers[{i}]"
+        if rule.partition and rule.dispatcher:
+            raise _invalid(f"`{where}` sets both `partition` and its old name `dispatcher`; keep `partition`")
+        if not rule.matcher:
+            raise _invalid(f"`{where}.matcher` is empty; list the tables the rule applies to, e.g. [\"db.*\"]")
+        kind = rule.partition or rule.dispatcher
+        if kind == "columns" and not rule.columns:
+            raise _invalid(f"`{where}` uses partition = \"columns\" but lists no `columns`")
+        if rule.topic and not TOPIC_EXPRESSION.match(rule.topic):
+            raise _invalid(
+                f"`{where}.topic` is {rule.topic!r}; a topic expression is "
+                "[prefix]{schema}[middle][{table}][suffix] with prefix, middle and suffix of "
+                "[A-Za-z0-9._-], or a plain topic name")
+        _check_matchers(rule.matcher, where)
+    for i, selector in enumerate(config.sink.column_selectors):
+        where = f"sink.column-selectors[{i}]"
+        if not selector.matcher or not selector.columns:
+            raise _invalid(f"`{where}` needs both `matcher` and `columns`")
+        _check_matchers(selector.matcher, where)
+
+
+# tiflow cdc/sink/dmlsink/mq/dispatcher/topic/expression.go topicNameRE
+TOPIC_EXPRESSION = _re.compile(
+    r"^[A-Za-z0-9._\-]*(\{schema\})?([A-Za-z0-9._\-]*\{table\})?[A-Za-z0-9._\-]*$")
+
+
+def _check_matchers(matcher: list[str], where: str) -> None:
+    from sparkcdc.filter.table_filter import TableFilter
+
+    try:
+        TableFilter(matcher)
+    except Exception as exc:  # the filter names what is wrong
+        raise _invalid(f"`{where}.matcher` is invalid: {exc}") from None
 
 
 def parse_replica_config(toml_text: str) -> ReplicaConfig:

@@ -20,6 +20,11 @@ def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
 
         parse_mysql_sink_uri(sink_uri, config)
         return
+    if kind == "kafka":
+        from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
+
+        parse_kafka_sink_uri(sink_uri, config)
+        return
     raise ErrSinkUnsupported(
         f"the {kind} sink is not supported yet; use a storage sink such as "
         "file:///path?protocol=canal-json or a MySQL sink such as mysql://user:password@host:3306/"
@@ -42,6 +47,10 @@ def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0):
         from sparkcdc.sink.mysql.sink import MySQLSink
 
         return MySQLSink(sink_uri, config, replicating_ts=replicating_ts)
+    if kind == "kafka":
+        from sparkcdc.sink.kafka.sink import KafkaSink
+
+        return KafkaSink(sink_uri, config)
     raise AssertionError(kind)  # validate_sink rejected every other kind
 
 
@@ -51,4 +60,8 @@ def splits_key_updates(sink_uri: str, config: ReplicaConfig) -> bool:
     kind = classify_sink_uri(sink_uri)
     if kind == "storage":
         return not config.sink.cloud_storage_config.output_raw_change_event
+    if kind == "kafka":
+        from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
+
+        return not parse_kafka_sink_uri(sink_uri, config).output_raw_change_event
     return False

@@ -1,0 +1,80 @@
+"""Kafka messages and the per-protocol message encoders, chosen by protocol name.
+
+Encoders get the rows of one (topic, partition) group in commit order and return the messages
+to produce there, so a batching protocol (open protocol, `max-batch-size`) batches exactly as
+TiCDC does per partition. Each protocol's wire format lives in `sparkcdc.sink.codec.<protocol>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Sequence
+
+from sparkcdc.config.replica import SinkConfig
+from sparkcdc.errors import ErrSinkUnknownProtocol
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+
+
+@dataclass(frozen=True)
+class Message:
+    key: Optional[bytes]
+    value: Optional[bytes]  # None: a tombstone (avro delete)
+    rows: int = 1
+
+
+class MessageEncoder(Protocol):
+    # Whether DDLs go to every partition (open, simple, ...) or only to partition 0 (canal-json).
+    ddl_broadcast: bool
+
+    def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]: ...
+
+    def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]: ...
+
+    def encode_checkpoint(self, ts: int) -> Optional[Message]: ...
+
+
+class CanalJSONMessageEncoder:
+    """Canal-JSON over Kafka: one message per row, key nil, no line terminator."""
+
+    ddl_broadcast = False
+
+    def __init__(self, sink: SinkConfig, clock: Optional[Callable[[], float]] = None):
+        from sparkcdc.sink.codec.canal_json import CanalJSONEncoder
+
+        self._encoder = CanalJSONEncoder(sink, clock=clock) if clock else CanalJSONEncoder(sink)
+
+    def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]:
+        return [Message(None, self._encoder.encode_row(table, row).encode()) for row in rows]
+
+    def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]:
+        value = self._encoder.encode_ddl(ddl)
+        return Message(None, value) if value is not None else None
+
+    def encode_checkpoint(self, ts: int) -> Optional[Message]:
+        value = self._encoder.encode_watermark(ts)
+        return Message(None, value) if value is not None else None
+
+
+def _canal_json(sink: SinkConfig, clock, registry) -> MessageEncoder:
+    return CanalJSONMessageEncoder(sink, clock)
+
+
+def _open_protocol(sink: SinkConfig, clock, registry) -> MessageEncoder:
+    from sparkcdc.sink.codec.open import OpenProtocolEncoder
+
+    return OpenProtocolEncoder(sink)
+
+
+_MESSAGE_ENCODERS = {
+    "canal-json": _canal_json,
+    "open-protocol": _open_protocol,
+}
+
+
+def make_message_encoder(protocol: str, sink: SinkConfig, clock: Optional[Callable[[], float]] = None,
+                         schema_registry: str = "") -> MessageEncoder:
+    factory = _MESSAGE_ENCODERS.get(protocol)
+    if factory is None:
+        raise ErrSinkUnknownProtocol(
+            f"protocol {protocol!r} is not implemented for Kafka yet; use one of: {', '.join(_MESSAGE_ENCODERS)}")
+    return factory(sink, clock, schema_registry)

@@ -1,0 +1,178 @@
+"""The Kafka sink, driven by the pipeline's RowSink protocol.
+
+- `write_rows`: rows of one table (whole transactions, commit order) are routed to a topic and
+  partitions by the dispatcher rules; each partition's rows keep their order and are encoded
+  (batched for the open protocol) and produced.
+- `write_ddl`: after the data before it is delivered; canal-json sends DDL to partition 0,
+  other protocols to every partition of the table's topic, then waits for delivery.
+- `flush`: waits until every message is acknowledged (acks per required-acks, idempotent
+  producer with acks=all) and raises on any delivery error, so a checkpoint never passes
+  undelivered data.
+- `write_checkpoint`: resolved/watermark events to every partition of every topic used,
+  after the data they cover is delivered.
+Delivery is at-least-once: a batch replayed after a crash is produced again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Optional, Sequence
+
+from sparkcdc.config.replica import ReplicaConfig
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.sink.kafka import ErrKafkaSendMessage, ErrKafkaTopic
+from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
+from sparkcdc.sink.kafka.dispatcher import EventRouter
+from sparkcdc.sink.kafka.message import Message, make_message_encoder
+
+log = logging.getLogger(__name__)
+
+
+class KafkaSink:
+    def __init__(self, sink_uri: str, config: ReplicaConfig,
+                 clock: Optional[Callable[[], float]] = None, producer=None, admin=None):
+        from confluent_kafka import Producer
+        from confluent_kafka.admin import AdminClient
+
+        self.config: KafkaSinkConfig = parse_kafka_sink_uri(sink_uri, config)
+        self._router = EventRouter(self.config.topic, config.sink.dispatchers, config.case_sensitive)
+        self._encoder = make_message_encoder(self.config.protocol, self.config.sink, clock,
+                                             self.config.schema_registry)
+        self._producer = producer or Producer(self.config.producer_conf())
+        self._admin = admin or AdminClient(self.config.admin_conf())
+        self._partitions: dict[str, int] = {}
+        self._errors: list[str] = []
+        self._lock = threading.Lock()
+        self.sent_messages = 0
+        self.sent_bytes = 0
+        self._partition_count(self.config.topic)  # fail at start if the default topic is unusable
+
+    # -- topics ----------------------------------------------------------------------------
+    def _partition_count(self, topic: str) -> int:
+        known = self._partitions.get(topic)
+        if known is not None:
+            return known
+        timeout = self.config.read_timeout
+        metadata = self._admin.list_topics(topic=topic, timeout=timeout)
+        info = metadata.topics.get(topic)
+        exists = info is not None and info.error is None and info.partitions
+        if not exists:
+            if not self.config.auto_create_topic:
+                raise ErrKafkaTopic(f"topic {topic!r} does not exist and auto-create-topic is false; create it")
+            self._create_topic(topic)
+            count = self.config.partition_num or DEFAULT_PARTITION_NUM
+        else:
+            count = len(info.partitions)
+            wanted = self.config.partition_num
+            if wanted > count:
+                raise ErrKafkaTopic(f"partition-num={wanted} but topic {topic!r} has only {count} partitions; "
+                                    "lower partition-num or add partitions to the topic")
+            if wanted:
+                count = wanted  # TiCDC uses the first partition-num partitions
+        self._partitions[topic] = count
+        return count
+
+    def _create_topic(self, topic: str) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        partitions = self.config.partition_num or DEFAULT_PARTITION_NUM
+        new = NewTopic(topic, num_partitions=partitions, replication_factor=self.config.replication_factor,
+                       config={"max.message.bytes": str(self.config.max_message_bytes)})
+        futures = self._admin.create_topics([new], request_timeout=self.config.write_timeout)
+        try:
+            futures[topic].result(timeout=self.config.write_timeout + 5)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise ErrKafkaTopic(f"cannot create topic {topic!r}: {exc}") from None
+        log.info("created topic %s with %d partitions", topic, partitions)
+        # Wait until the new topic's leaders are known, or the first produce stalls.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            info = self._admin.list_topics(topic=topic, timeout=5).topics.get(topic)
+            if info and info.error is None and len(info.partitions) >= partitions and all(
+                    p.leader >= 0 for p in info.partitions.values()):
+                return
+            time.sleep(0.2)
+
+    # -- producing --------------------------------------------------------------------------
+    def _on_delivery(self, error, message) -> None:
+        if error is not None:
+            with self._lock:
+                self._errors.append(f"{message.topic()}[{message.partition()}]: {error}")
+
+    def _produce(self, topic: str, partition: int, message: Message) -> None:
+        size = len(message.value or b"") + len(message.key or b"")
+        if size > self.config.max_message_bytes:
+            raise ErrKafkaSendMessage(
+                f"a {size}-byte message for {topic} exceeds max-message-bytes={self.config.max_message_bytes}; "
+                "raise max-message-bytes (and the topic's max.message.bytes)")
+        while True:
+            try:
+                self._producer.produce(topic, value=message.value, key=message.key, partition=partition,
+                                       on_delivery=self._on_delivery)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain
+                self._producer.poll(0.1)
+        self._producer.poll(0)
+        self.sent_messages += 1
+        self.sent_bytes += size
+
+    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
+        if not rows:
+            return
+        topic = self._router.topic(table.schema, table.table)
+        partitions = self._partition_count(topic)
+        groups: dict[int, list[RowChange]] = {}
+        for row in rows:
+            groups.setdefault(self._router.partition(table, row, partitions), []).append(row)
+        for partition, group in groups.items():
+            for message in self._encoder.encode_rows(table, group, topic):
+                self._produce(topic, partition, message)
+
+    def write_ddl(self, ddl: DDLEvent) -> None:
+        message = self._encoder.encode_ddl(ddl)
+        if message is None:
+            return
+        topic = self._router.ddl_topic(ddl.schema, ddl.table)
+        partitions = self._partition_count(topic)
+        targets = range(partitions) if self._encoder.ddl_broadcast else (0,)
+        for partition in targets:
+            self._produce(topic, partition, message)
+        self.flush()
+
+    def write_checkpoint(self, ts: int) -> None:
+        message = self._encoder.encode_checkpoint(ts)
+        if message is None:
+            return
+        self.flush()  # the data a checkpoint covers is delivered before it
+        for topic, partitions in list(self._partitions.items()):
+            for partition in range(partitions):
+                self._produce(topic, partition, message)
+        self.flush()
+
+    def flush(self) -> None:
+        deadline = time.monotonic() + 330.0  # librdkafka gives up on a message after 300 s
+        while True:
+            remaining = self._producer.flush(1.0)
+            self._raise_errors()
+            if remaining == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ErrKafkaSendMessage(
+                    f"{remaining} messages to {self.config.brokers} not acknowledged in time; is the broker up?")
+
+    def _raise_errors(self) -> None:
+        with self._lock:
+            errors, self._errors = self._errors, []
+        if errors:
+            raise ErrKafkaSendMessage(f"{len(errors)} messages failed: " + "; ".join(errors[:5]))
+
+    def close(self) -> None:
+        try:
+            self.flush()
+        finally:
+            self._producer = None
+            self._admin = None
