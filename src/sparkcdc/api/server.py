@@ -22,6 +22,7 @@ import sparkcdc
 from sparkcdc import errors
 from sparkcdc.config.replica import ReplicaConfig, replica_config_from_dict, replica_config_to_dict
 from sparkcdc.config.sink_uri import mask_sink_uri
+from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
 
@@ -48,6 +49,7 @@ class ChangefeedController(Protocol):
     def start(self, info: ChangefeedInfo) -> None: ...
     def stop(self, namespace: str, id: str) -> None: ...
     def capture_info(self) -> dict: ...
+    def verify_tables(self, config: ReplicaConfig, start_ts: int | str) -> tuple[list, list]: ...
 
 
 class _Request:
@@ -139,6 +141,7 @@ class OpenAPI:
             ("POST", cf + r"/resume", self.resume_changefeed),
             ("GET", r"/api/v2/captures", self.list_captures),
             ("POST", r"/api/v2/tso", self.query_tso),
+            ("POST", r"/api/v2/verify_table", self.verify_table),
         ]:
             self._routes.append((method, re.compile(pattern.rstrip("/") + r"/?$"), handler))
 
@@ -188,6 +191,14 @@ class OpenAPI:
         request.json(allowed=("pd_addrs", "ca_path", "cert_path", "key_path", "cert_allowed_cn"))
         current = self.controller.current_tso()
         return _ok({"timestamp": tso.physical_ms(current), "logic_time": tso.logical(current)})
+
+    def verify_table(self, request: _Request) -> _Response:
+        body = request.json(allowed=("replica_config", "start_ts", "sink_uri") + _PD_ONLY_FIELDS)
+        _refuse_pd_fields(body)
+        config = _replica_config(body.get("replica_config"))
+        eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body.get("start_ts", 0)))
+        return _ok({"ineligible_tables": table_names_json(ineligible),
+                    "eligible_tables": table_names_json(eligible)})
 
     # -- changefeeds -------------------------------------------------------------------------
     def create_changefeed(self, request: _Request) -> _Response:

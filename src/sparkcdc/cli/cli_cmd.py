@@ -115,6 +115,21 @@ def _confirm(question: str) -> bool:
     return answer in ("y", "yes")
 
 
+def _accept_ineligible_tables(client, body: dict, no_confirm: bool) -> bool:
+    """List tables without a valid index (TiCDC skips them) and ask, unless --no-confirm."""
+    verify = {k: body[k] for k in ("replica_config", "start_ts", "sink_uri") if k in body}
+    tables = client.request("POST", "/api/v2/verify_table", verify)
+    ineligible = tables.get("ineligible_tables") or []
+    if not ineligible:
+        return True
+    names = ", ".join(f"{t['database_name']}.{t['table_name']}" for t in ineligible)
+    print("[WARN] some tables are not eligible to replicate, because they do not have a primary "
+          f"key or a not-null unique key: {names}")
+    if no_confirm or body.get("replica_config", {}).get("force_replicate"):
+        return True
+    return _confirm("Could you agree to ignore those tables, and continue to replicate")
+
+
 def _create(args) -> int:
     body = {"namespace": args.namespace, "sink_uri": args.sink_uri,
             "start_ts": args.start_ts, "target_ts": args.target_ts}
@@ -122,7 +137,11 @@ def _create(args) -> int:
         body["changefeed_id"] = args.changefeed_id
     if args.config:
         body["replica_config"] = _read_config(args.config)
-    info = _client(args).create_changefeed(body, args.namespace)
+    client = _client(args)
+    if not _accept_ineligible_tables(client, body, args.no_confirm):
+        print("No changefeed is created because you don't want to ignore some tables.")
+        return 0
+    info = client.create_changefeed(body, args.namespace)
     print(f"Create changefeed successfully!\nID: {info['id']}\nInfo: {json.dumps(info)}")
     return 0
 

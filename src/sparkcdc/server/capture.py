@@ -133,5 +133,14 @@ class Capture:
         if self._runner is not None:
             self._runner.stop(namespace, changefeed_id)
 
+    def verify_tables(self, config: ReplicaConfig, start_ts) -> tuple[list, list]:
+        """(eligible, ineligible) tables at start_ts (0 = now) for the config's filter."""
+        from sparkcdc.filter.eligibility import classify_tables
+
+        self._ensure_puller()
+        index = TxnIndex(self.index_path)
+        ts = index.resolve_start(str(start_ts)) if start_ts else index.resolved_ts()
+        return classify_tables(index.tables_at(ts), config)
+
     def capture_info(self) -> dict:
         return {"id": self.id, "address": self.options.addr, "cluster_id": self.options.cluster_id}
