@@ -30,6 +30,53 @@ def register(subparsers) -> None:
     storage.add_argument("--start-ts", type=int, default=0, help="consumer checkpoint to start from")
     storage.add_argument("--once", action="store_true", help="apply up to the current checkpoint, then exit")
     storage.set_defaults(func=run_storage_consumer)
+    kafka = kinds.add_parser("kafka", help="replay a Kafka sink's topic (canal-json, open-protocol) into mysql://")
+    kafka.add_argument("--upstream-uri", required=True,
+                       help="kafka://host:9092/topic?protocol=canal-json&enable-tidb-extension=true")
+    kafka.add_argument("--downstream-uri", required=True, help="mysql:// or tidb:// sink URI")
+    kafka.add_argument("--config", help="changefeed TOML the topic was written with")
+    kafka.add_argument("--group-id", default="", help="consumer group id (default sparkcdc-consumer-<topic>)")
+    kafka.add_argument("--until-ts", type=int, help="exit once everything up to this commit-ts is applied")
+    kafka.set_defaults(func=run_kafka_consumer)
+
+
+def run_kafka_consumer(args: argparse.Namespace) -> int:
+    from sparkcdc.config.replica import ReplicaConfig, parse_replica_config
+    from sparkcdc.consumer.kafka_consumer import KafkaConsumer
+    from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
+    from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
+    from sparkcdc.sink.mysql.connection import connect
+    from sparkcdc.sink.mysql.sink import MySQLSink
+    from sparkcdc.upstream.schema_reader import read_table_info
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = ReplicaConfig()
+    if args.config:
+        with open(args.config, encoding="utf-8") as handle:
+            config = parse_replica_config(handle.read())
+    kafka_config = parse_kafka_sink_uri(args.upstream_uri, config)
+    # The topic is read from its beginning on every start: every write is idempotent.
+    downstream = MySQLSink(args.downstream_uri, config, replicating_ts=2**63 - 1)
+    connection = connect(parse_mysql_sink_uri(args.downstream_uri, config), None)
+    cache: dict = {}
+
+    def table_info(schema: str, table: str):
+        if (schema, table) not in cache:
+            cache[(schema, table)] = read_table_info(connection, schema, table, 0, 0)
+        return cache[(schema, table)]
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    consumer = KafkaConsumer(kafka_config, downstream, table_info, cache.clear, args.group_id)
+    try:
+        reached = consumer.run(stop, args.until_ts)
+    finally:
+        consumer.close()
+        downstream.close()
+        connection.close()
+    print(f"kafka consumer checkpoint {reached}, {consumer.rows_applied} rows applied", file=sys.stderr)
+    return 0
 
 
 def _protocol(upstream_uri: str, default: str) -> str:

@@ -1,0 +1,322 @@
+"""Rebuild MySQL from a Kafka sink's topic, following TiCDC's kafka-consumer (cmd/kafka-consumer).
+
+Per partition, row events are buffered and the partition's watermark (resolved/watermark
+events) is tracked; the consumer's resolved ts is the minimum over all partitions. When it
+advances, buffered DDLs and rows up to it are applied in commit-ts order: rows before a DDL,
+then the DDL, then the rest; then the downstream is flushed. Replays are dropped: rows at or
+below their partition's watermark, and exact copies of a row already buffered. Every write
+is idempotent (the MySQL sink's replay mode), because a restarted consumer reads the topic
+from the beginning.
+
+Protocols: canal-json (with enable-tidb-extension, which carries commit-ts and watermarks)
+and open-protocol. Table definitions (enum/set members, keys) come from the downstream.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional, Protocol, Sequence
+
+from sparkcdc.errors import ErrSinkUnknownProtocol
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
+from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
+from sparkcdc.sink.kafka.config import KafkaSinkConfig
+
+log = logging.getLogger(__name__)
+
+CONSUMER_PROTOCOLS = ("canal-json", "open-protocol")
+_DATABASE_DDL = re.compile(r"^\s*(create|drop)\s+(database|schema)\b", re.IGNORECASE)
+Row = dict[str, Value]
+
+
+class Downstream(Protocol):
+    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None: ...
+    def write_ddl(self, ddl: DDLEvent) -> None: ...
+    def flush(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class RowEvent:
+    commit_ts: int
+    schema: str
+    table: str
+    op: str
+    before: Optional[tuple]  # ((column, value), ...) as sent; converted once the table is known
+    after: Optional[tuple]
+    convert: Callable  # (TableInfo, column name, raw value) -> canonical value
+
+
+@dataclass(frozen=True)
+class DDLMessage:
+    commit_ts: int
+    schema: str
+    table: str
+    query: str
+
+
+@dataclass
+class _Partition:
+    watermark: int = 0
+    rows: list = field(default_factory=list)
+    seen: set = field(default_factory=set)
+
+
+def ddl_type_of(query: str, table: str) -> str:
+    match = _DATABASE_DDL.match(query)
+    if match and not table:
+        return f"{match.group(1).lower()} database"
+    return "alter table"
+
+
+# -- decoding ----------------------------------------------------------------------------------
+def _canal_convert(info: TableInfo, name: str, value: Value) -> Value:
+    if value is None:
+        return None
+    column = info.column(name)
+    kind = type_name(column)
+    if kind == "enum":
+        return enum_name(column, int(value))
+    if kind == "set":
+        return set_names(column, int(value))
+    return value
+
+
+def decode_canal_json(value: bytes) -> list:
+    """Events of one canal-json message: RowEvent, DDLMessage or ("watermark", ts)."""
+    message = json.loads(value)
+    extension = message.get("_tidb") or {}
+    kind = message.get("type")
+    if kind == "TIDB_WATERMARK":
+        return [("watermark", int(extension["watermarkTs"]))]
+    commit_ts = extension.get("commitTs")
+    if commit_ts is None:
+        raise ValueError("canal-json messages need enable-tidb-extension=true for commit-ts and watermarks")
+    if message.get("isDdl"):
+        return [DDLMessage(commit_ts, message.get("database") or "", message.get("table") or "", message["sql"])]
+    data = (message.get("data") or [None])[0]
+    old = (message.get("old") or [None])[0]
+    schema, table = message["database"], message["table"]
+    if kind == "INSERT":
+        return [RowEvent(commit_ts, schema, table, "insert", None, tuple(data.items()), _canal_convert)]
+    if kind == "DELETE":
+        return [RowEvent(commit_ts, schema, table, "delete", tuple(data.items()), None, _canal_convert)]
+    before = dict(data)
+    before.update(old or {})  # `old` may hold only the changed columns
+    return [RowEvent(commit_ts, schema, table, "update", tuple(before.items()), tuple(data.items()), _canal_convert)]
+
+
+def _open_convert(info: TableInfo, name: str, raw) -> Value:
+    from sparkcdc.sink.codec.open import canonical_value
+
+    return canonical_value(info.column(name), raw)
+
+
+def _open_columns(columns: Optional[dict]) -> Optional[tuple]:
+    if columns is None:
+        return None
+    return tuple((name, json.dumps(column, sort_keys=True)) for name, column in columns.items())
+
+
+def _open_convert_json(info: TableInfo, name: str, raw: str) -> Value:
+    return _open_convert(info, name, json.loads(raw))
+
+
+def decode_open(key: bytes, value: bytes) -> list:
+    from sparkcdc.sink.codec.open import TYPE_DDL, TYPE_RESOLVED, decode_message
+
+    events: list = []
+    for event in decode_message(key, value):
+        if event.kind == TYPE_RESOLVED:
+            events.append(("watermark", event.commit_ts))
+        elif event.kind == TYPE_DDL:
+            events.append(DDLMessage(event.commit_ts, event.schema, event.table, event.value["q"]))
+        else:
+            body = event.value
+            if "d" in body:
+                events.append(RowEvent(event.commit_ts, event.schema, event.table, "delete",
+                                       _open_columns(body["d"]), None, _open_convert_json))
+            elif "p" in body:
+                events.append(RowEvent(event.commit_ts, event.schema, event.table, "update",
+                                       _open_columns(body["p"]), _open_columns(body["u"]), _open_convert_json))
+            else:
+                events.append(RowEvent(event.commit_ts, event.schema, event.table, "insert",
+                                       None, _open_columns(body["u"]), _open_convert_json))
+    return events
+
+
+def decoder_for(protocol: str) -> Callable[[Optional[bytes], Optional[bytes]], list]:
+    if protocol == "canal-json":
+        return lambda key, value: decode_canal_json(value) if value else []
+    if protocol == "open-protocol":
+        return lambda key, value: decode_open(key, value) if key else []
+    raise ErrSinkUnknownProtocol(
+        f"the Kafka consumer reads {', '.join(CONSUMER_PROTOCOLS)}; {protocol!r} is not supported yet")
+
+
+# -- ordering and applying ---------------------------------------------------------------------
+class EventMerger:
+    """Per-partition buffers and watermarks; `apply_resolved` writes what the watermarks cover."""
+
+    def __init__(self, downstream: Downstream, table_info: Callable[[str, str], Optional[TableInfo]],
+                 invalidate: Callable[[], None] = lambda: None):
+        self._downstream = downstream
+        self._table_info = table_info
+        self._invalidate = invalidate
+        self._partitions: dict[tuple[str, int], _Partition] = {}
+        self._ddls: dict[tuple[int, str], DDLMessage] = {}
+        self.applied_ts = 0
+        self.rows_applied = 0
+
+    def add_partitions(self, keys: Iterable[tuple[str, int]]) -> None:
+        for key in keys:
+            self._partitions.setdefault(key, _Partition())
+
+    def add(self, topic: str, partition: int, events: Iterable) -> None:
+        state = self._partitions.setdefault((topic, partition), _Partition())
+        for event in events:
+            if isinstance(event, tuple):
+                state.watermark = max(state.watermark, event[1])
+            elif isinstance(event, DDLMessage):
+                if event.commit_ts > self.applied_ts:
+                    self._ddls.setdefault((event.commit_ts, event.query), event)
+            elif event.commit_ts <= state.watermark or event.commit_ts <= self.applied_ts:
+                continue  # a replay of something the watermark already covered
+            elif event in state.seen:
+                continue  # the same row sent twice (at-least-once)
+            else:
+                state.seen.add(event)
+                state.rows.append(event)
+
+    @property
+    def resolved_ts(self) -> int:
+        if not self._partitions:
+            return 0
+        return min(p.watermark for p in self._partitions.values())
+
+    def apply_resolved(self) -> int:
+        resolved = self.resolved_ts
+        if resolved <= self.applied_ts:
+            return self.applied_ts
+        ready: list[RowEvent] = []
+        for state in self._partitions.values():
+            keep = []
+            for row in state.rows:
+                (ready if row.commit_ts <= resolved else keep).append(row)
+            state.rows = keep
+            state.seen = set(keep)
+        ready.sort(key=lambda r: r.commit_ts)  # stable: per-partition order within a commit-ts
+        ddls = sorted((d for d in self._ddls.values() if d.commit_ts <= resolved), key=lambda d: d.commit_ts)
+        position = 0
+        for ddl in ddls:
+            end = position
+            while end < len(ready) and ready[end].commit_ts < ddl.commit_ts:
+                end += 1
+            self._write_rows(ready[position:end])
+            position = end
+            self._downstream.flush()
+            self._downstream.write_ddl(DDLEvent(ddl.commit_ts, ddl.schema, ddl.table, ddl.query,
+                                                ddl_type_of(ddl.query, ddl.table)))
+            self._invalidate()
+            del self._ddls[(ddl.commit_ts, ddl.query)]
+        self._write_rows(ready[position:])
+        self._downstream.flush()
+        self.applied_ts = resolved
+        return resolved
+
+    def _write_rows(self, rows: Sequence[RowEvent]) -> None:
+        by_table: dict[tuple[str, str], list[RowChange]] = {}
+        infos: dict[tuple[str, str], TableInfo] = {}
+        for row in rows:
+            key = (row.schema, row.table)
+            info = infos.get(key)
+            if info is None:
+                info = self._table_info(row.schema, row.table)
+                if info is None:
+                    raise RuntimeError(f"table {row.schema}.{row.table} does not exist downstream")
+                infos[key] = info
+            group = by_table.setdefault(key, [])
+            seq = group[-1].seq + 1 if group and group[-1].commit_ts == row.commit_ts else 0
+            group.append(RowChange(row.commit_ts, row.schema, row.table, row.op,
+                                   before=self._image(info, row, row.before),
+                                   after=self._image(info, row, row.after), seq=seq))
+        for key, changes in by_table.items():
+            self._downstream.write_rows(infos[key], changes)
+            self.rows_applied += len(changes)
+
+    @staticmethod
+    def _image(info: TableInfo, row: RowEvent, pairs: Optional[tuple]) -> Optional[tuple]:
+        if pairs is None:
+            return None
+        sent = dict(pairs)
+        return tuple(row.convert(info, name, sent[name]) if sent.get(name) is not None else None
+                     for name in info.column_names)
+
+
+class KafkaConsumer:
+    """Reads every partition of the upstream topic from the beginning and applies it downstream."""
+
+    def __init__(self, config: KafkaSinkConfig, downstream: Downstream,
+                 table_info: Callable[[str, str], Optional[TableInfo]],
+                 invalidate: Callable[[], None] = lambda: None, group_id: str = ""):
+        from confluent_kafka import Consumer
+
+        self.config = config
+        self._decode = decoder_for(config.protocol)
+        conf = config.admin_conf()
+        conf.update({
+            "group.id": group_id or f"sparkcdc-consumer-{config.topic}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "fetch.message.max.bytes": max(config.max_message_bytes, 1048576),
+        })
+        self._consumer = Consumer(conf)
+        self._merger = EventMerger(downstream, table_info, invalidate)
+        self._assigned = False
+
+    @property
+    def checkpoint_ts(self) -> int:
+        return self._merger.applied_ts
+
+    @property
+    def rows_applied(self) -> int:
+        return self._merger.rows_applied
+
+    def _assign(self) -> bool:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        metadata = self._consumer.list_topics(self.config.topic, timeout=10)
+        topic = metadata.topics.get(self.config.topic)
+        if topic is None or topic.error is not None or not topic.partitions:
+            return False
+        partitions = sorted(topic.partitions)
+        self._consumer.assign([TopicPartition(self.config.topic, p, OFFSET_BEGINNING) for p in partitions])
+        self._merger.add_partitions((self.config.topic, p) for p in partitions)
+        self._assigned = True
+        return True
+
+    def poll_once(self, timeout: float = 1.0, max_messages: int = 5000) -> int:
+        """Read what is available, apply what the watermarks cover; return the consumer ts."""
+        if not self._assigned and not self._assign():
+            time.sleep(timeout)
+            return self.checkpoint_ts
+        for message in self._consumer.consume(max_messages, timeout):
+            if message.error() is not None:
+                log.warning("kafka consumer: %s", message.error())
+                continue
+            self._merger.add(message.topic(), message.partition(), self._decode(message.key(), message.value()))
+        return self._merger.apply_resolved()
+
+    def run(self, stop: threading.Event, until_ts: Optional[int] = None) -> int:
+        while not stop.is_set():
+            reached = self.poll_once()
+            if until_ts is not None and reached >= until_ts:
+                break
+        return self.checkpoint_ts
+
+    def close(self) -> None:
+        self._consumer.close()
