@@ -1,20 +1,19 @@
 """Tails the upstream binlog and records every transaction's boundaries and commit-ts in a TxnIndex.
 
 The puller does not decode rows: it only cuts transactions (GTID event .. Xid / COMMIT / the DDL
-statement), gives each a strictly increasing commit-ts, records DDLs with the table definition
+statement), gives each a strictly increasing commit-ts, records DDLs with the table definitions
 after them, and moves resolved-ts forward (also while the upstream is idle, on heartbeats).
 Row decoding happens later, in parallel, on binlog ranges (`range_reader`).
 
-Known limitation: the table definition after a DDL is read from information_schema when the
-puller sees the DDL, so if the upstream has already run a later DDL on the same table, the
-earlier version is recorded with the later definition. A proper schema store is a later issue.
+Table definitions come from the schema store (`sparkcdc.schema`): information_schema is read
+once, when the index is bootstrapped, and every later version is computed from the DDL text,
+so a lagging or restarted puller records each version as it was at its commit-ts.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-import zlib
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -35,8 +34,10 @@ from sparkcdc.model import tso
 from sparkcdc.model.events import DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import UpstreamConfig, binlog_end
-from sparkcdc.upstream.schema_reader import list_tables, read_table_info
-from sparkcdc.upstream.statements import DDL, classify, parse_ddl
+from sparkcdc.schema.catalog import stable_table_id  # noqa: F401  (re-exported)
+from sparkcdc.schema.store import DDLOutcome, SchemaStore, is_ddl
+from sparkcdc.upstream.schema_reader import read_catalog
+from sparkcdc.upstream.statements import classify
 from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
 
 PULLER_EVENTS = [
@@ -54,11 +55,6 @@ COMPRESSION_FIX = (
     "binlog compression is not supported: set log_bin_compress=OFF (MariaDB) or "
     "binlog_transaction_compression=OFF (MySQL) globally, and make sure no session turns it on"
 )
-
-
-def stable_table_id(schema: str, table: str) -> int:
-    """A table id that is the same in every process (MariaDB exposes no persistent one)."""
-    return zlib.crc32(f"{schema}.{table}".encode("utf-8")) & 0x7FFFFFFF
 
 
 def unsupported_event(event) -> ErrBinlogUnsupportedEvent:
@@ -157,15 +153,24 @@ class Puller:
             with self._progress:
                 self._progress.notify_all()
 
-    def _bootstrap(self, ctl) -> None:
-        start = binlog_end(ctl)
+    def _bootstrap(self, ctl, attempts: int = 20) -> None:
+        """Snapshot the schema at a binlog position. Two equal reads around the position prove no
+        DDL ran in between, so the snapshot is the schema at exactly that position."""
+        before = read_catalog(ctl)
+        for _ in range(attempts):
+            start = binlog_end(ctl)
+            after = read_catalog(ctl)
+            if after == before:
+                break
+            before = after
+        else:
+            raise SparkCDCError(f"the upstream schema kept changing during {attempts} bootstrap reads; retry when DDL is quiet")
         now_ts = tso.compose(int(self.clock() * 1000))
-        tables = []
-        for schema, table in list_tables(ctl):
-            info = read_table_info(ctl, schema, table, now_ts, stable_table_id(schema, table))
-            if info is not None:
-                tables.append(info)
-        self.index.bootstrap(start, now_ts, tables)
+        tables = list(after.tables.values())
+        self.index.bootstrap(
+            start, now_ts, [t.info(now_ts) for t in tables], [t.to_json() for t in tables],
+            after.databases, after.server_charset,
+        )
 
     def _pull(self) -> None:
         ctl = self.cfg.connect()
@@ -175,7 +180,7 @@ class Puller:
             last = self.index.last_txn()
             position = last.end if last else self.index.start_position()
             self._last_ts = self.index.resolved_ts()
-            self._tables = {(t.schema, t.table): t for t in self.index.tables_at(self._last_ts)}
+            self.store = SchemaStore.from_index(self.index, self._last_ts)
             self._flushed_position = position
             self._stream = BinLogStreamReader(
                 connection_settings=self.cfg.connection_settings(),
@@ -200,14 +205,15 @@ class Puller:
         pending_txns: list[TxnRecord] = []
         pending_ddls: list[DDLEvent] = []
         pending_versions: list[TableVersion] = []
+        pending_databases: list[tuple[str, int, Optional[str]]] = []
         open_txn: Optional[_OpenTxn] = None
         last_flush = time.monotonic()
 
         def flush() -> None:
             # Only called between transactions, so resolved-ts covers exactly the persisted txns.
-            nonlocal pending_txns, pending_ddls, pending_versions, last_flush
-            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts)
-            pending_txns, pending_ddls, pending_versions = [], [], []
+            nonlocal pending_txns, pending_ddls, pending_versions, pending_databases, last_flush
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases)
+            pending_txns, pending_ddls, pending_versions, pending_databases = [], [], [], []
             last_flush = time.monotonic()
             with self._progress:
                 self._flushed_position = BinlogPosition(stream.log_file, stream.log_pos)
@@ -241,12 +247,13 @@ class Puller:
                     )
                 elif kind == "statement" and not open_txn.in_begin:
                     schema = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else (event.schema or "")
-                    ddl = parse_ddl(event.query, schema)
-                    record = self._close(open_txn, stream, event, ddl is not None)
+                    ddl = is_ddl(event.query)
+                    record = self._close(open_txn, stream, event, ddl)
                     open_txn = None
                     pending_txns.append(record)
-                    if ddl is not None:
-                        self._record_ddl(ctl, ddl, event.query, schema, record.commit_ts, pending_ddls, pending_versions)
+                    if ddl:
+                        outcome = self.store.apply(event.query, schema, record.commit_ts, str(open_position(record)))
+                        self._record(outcome, record.commit_ts, pending_ddls, pending_versions, pending_databases)
             elif isinstance(event, XAPrepareEvent):
                 raise ErrBinlogUnsupportedEvent("XA PREPARE in the binlog is not supported yet; avoid XA on replicated tables")
             elif isinstance(event, NotImplementedEvent):
@@ -265,7 +272,7 @@ class Puller:
                 flush()
 
         if open_txn is None and pending_txns:
-            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts)
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases)
 
     def _close(self, txn: _OpenTxn, stream: BinLogStreamReader, event, is_ddl: bool) -> TxnRecord:
         end = BinlogPosition(stream.log_file, event.packet.log_pos)
@@ -273,53 +280,19 @@ class Puller:
         self._last_ts = commit_ts
         return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl)
 
-    def _record_ddl(self, ctl, ddl: DDL, query: str, default_schema: str, commit_ts: int, ddls: list, versions: list) -> None:
-        def read(schema: str, table: str) -> Optional[TableInfo]:
-            return read_table_info(ctl, schema, table, commit_ts, stable_table_id(schema, table))
-
-        def set_version(schema: str, table: str, info: Optional[TableInfo]) -> None:
-            if info is None and (schema, table) not in self._tables:
-                return
-            versions.append(TableVersion(schema, table, commit_ts, info))
-            if info is None:
-                self._tables.pop((schema, table), None)
-            else:
-                self._tables[(schema, table)] = info
-
-        table_info = pre_table_info = None
-        table = ""
-        if ddl.ddl_type == "drop database":
-            for schema, name in [k for k in self._tables if k[0] == ddl.schema]:
-                set_version(schema, name, None)
-        elif ddl.ddl_type == "rename table":
-            pairs = list(zip(ddl.tables[0::2], ddl.tables[1::2]))
-            for old, _ in pairs:
-                pre_table_info = pre_table_info or self._tables.get(old)
-                set_version(*old, None)
-            for _, new in pairs:
-                set_version(*new, read(*new))
-            table = pairs[0][1][1]
-            table_info = self._tables.get(pairs[0][1])
-            ddl = DDL(ddl.ddl_type, ddl.tables, pairs[0][1][0])
-        elif ddl.ddl_type == "drop table":
-            pre_table_info = self._tables.get(ddl.tables[0])
-            for schema, name in ddl.tables:
-                set_version(schema, name, None)
-            table = ddl.tables[0][1]
-        elif ddl.tables:
-            schema, table = ddl.tables[0]
-            pre_table_info = self._tables.get((schema, table))
-            table_info = read(schema, table)
-            set_version(schema, table, table_info)
-        ddls.append(
-            DDLEvent(
-                commit_ts=commit_ts,
-                schema=ddl.schema,
-                table=table,
-                query=query,
-                ddl_type=ddl.ddl_type,
-                table_info=table_info,
-                pre_table_info=pre_table_info,
-                extra={"default_schema": default_schema},
+    @staticmethod
+    def _record(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:
+        """Queue a DDL's event and the table and database versions it created."""
+        ddls.append(outcome.event)
+        for (schema, table), definition in outcome.tables.items():
+            info = definition.info(commit_ts) if definition is not None else None
+            versions.append(
+                TableVersion(schema, table, commit_ts, info, definition.to_json() if definition is not None else None)
             )
-        )
+        for name, charset in outcome.databases.items():
+            databases.append((name, commit_ts, charset))
+
+
+def open_position(record: TxnRecord) -> BinlogPosition:
+    """Where a DDL's transaction begins in the binlog (reported with DDLs the store cannot follow)."""
+    return record.start

@@ -148,3 +148,67 @@ def list_tables(conn) -> list[tuple[str, str]]:
             SYSTEM_SCHEMAS,
         )
         return [(s, t) for s, t in cur.fetchall()]
+
+
+def read_table_definition(conn, schema: str, table: str):
+    """The table as the schema store keeps it (columns, every index, default charset), or None."""
+    from sparkcdc.schema.catalog import IndexDef, TableDef
+    from sparkcdc.schema.parser import charset_of_collation
+
+    info = read_table_info(conn, schema, table, 0, 0)
+    if info is None:
+        return None
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, INDEX_TYPE FROM information_schema.STATISTICS "
+            "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY INDEX_NAME='PRIMARY' DESC, INDEX_NAME, SEQ_IN_INDEX",
+            (schema, table),
+        )
+        index_rows = cur.fetchall()
+        cur.execute(
+            "SELECT TABLE_COLLATION, TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s",
+            (schema, table),
+        )
+        row = cur.fetchone()
+    collation, comment = (row or (None, ""))
+    indexes: dict[str, tuple[str, list[str]]] = {}
+    for name, non_unique, column, index_type in index_rows:
+        if name == "PRIMARY":
+            kind = "primary"
+        elif not int(non_unique):
+            kind = "unique"
+        elif (index_type or "").upper() in ("FULLTEXT", "SPATIAL"):
+            kind = index_type.lower()
+        else:
+            kind = "index"
+        indexes.setdefault(name, (kind, []))[1].append(column)
+    return TableDef(
+        schema,
+        table,
+        info.columns,
+        tuple(IndexDef(name, kind, tuple(columns)) for name, (kind, columns) in indexes.items()),
+        charset_of_collation(collation) if collation else "utf8mb4",
+        comment or "",
+    )
+
+
+def read_catalog(conn):
+    """Every user database and base table as the schema store keeps them."""
+    from sparkcdc.schema.catalog import Catalog
+
+    placeholders = ",".join(["%s"] * len(SYSTEM_SCHEMAS))
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@character_set_server")
+        server_charset = cur.fetchone()[0]
+        cur.execute(
+            f"SELECT SCHEMA_NAME, DEFAULT_CHARACTER_SET_NAME FROM information_schema.SCHEMATA "
+            f"WHERE SCHEMA_NAME NOT IN ({placeholders})",
+            SYSTEM_SCHEMAS,
+        )
+        databases = {name: charset for name, charset in cur.fetchall()}
+    catalog = Catalog(server_charset, databases, {})
+    for schema, table in list_tables(conn):
+        definition = read_table_definition(conn, schema, table)
+        if definition is not None:
+            catalog.tables[(schema, table)] = definition
+    return catalog

@@ -9,6 +9,7 @@ a resolved-ts covering a transaction that is not there.
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -37,7 +38,17 @@ CREATE TABLE IF NOT EXISTS table_versions (
     schema_name TEXT NOT NULL, table_name TEXT NOT NULL, version INTEGER NOT NULL,
     table_info TEXT,  -- NULL is a tombstone: the table was dropped at `version`
     PRIMARY KEY (schema_name, table_name, version));
+CREATE TABLE IF NOT EXISTS database_versions (
+    schema_name TEXT NOT NULL, version INTEGER NOT NULL,
+    charset TEXT,  -- NULL: dropped at `version`
+    PRIMARY KEY (schema_name, version));
 """
+
+# Columns added after the first release; ALTERed into older index files on open.
+_ADDED_COLUMNS = {
+    "table_versions": [("definition", "TEXT")],  # the schema store's TableDef (indexes, charset)
+    "ddls": [("extra", "TEXT")],  # JSON: rename pairs, parse errors, binlog position
+}
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^(?P<uuid>[0-9a-fA-F-]{36}):(?P<ranges>[\d:-]+)$")
@@ -63,6 +74,7 @@ class TableVersion:
     table: str
     version: int
     info: Optional[TableInfo]
+    definition: Optional[str] = None  # the schema store's TableDef JSON, when it has one
 
 
 class TxnIndex:
@@ -73,6 +85,11 @@ class TxnIndex:
         with self._connect() as conn:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
+            for table, columns in _ADDED_COLUMNS.items():
+                have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+                for name, sql_type in columns:
+                    if name not in have:
+                        conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -137,8 +154,8 @@ class TxnIndex:
     def ddls_between(self, lo_exclusive: int, hi_inclusive: int) -> list[DDLEvent]:
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT commit_ts, schema_name, table_name, query, ddl_type, default_schema, table_info, pre_table_info "
-                "FROM ddls WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts",
+                "SELECT commit_ts, schema_name, table_name, query, ddl_type, default_schema, table_info, pre_table_info, "
+                "extra FROM ddls WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts",
                 (lo_exclusive, hi_inclusive),
             ).fetchall()
         return [
@@ -150,9 +167,9 @@ class TxnIndex:
                 ddl_type=ddl_type,
                 table_info=TableInfo.from_json(info) if info else None,
                 pre_table_info=TableInfo.from_json(pre) if pre else None,
-                extra={"default_schema": default_schema},
+                extra={**(json.loads(extra) if extra else {}), "default_schema": default_schema},
             )
-            for ts, schema, table, query, ddl_type, default_schema, info, pre in rows
+            for ts, schema, table, query, ddl_type, default_schema, info, pre, extra in rows
         ]
 
     def table_info_at(self, schema: str, table: str, ts: int) -> Optional[TableInfo]:
@@ -262,8 +279,16 @@ class TxnIndex:
 
     # ---- writes (the puller) -----------------------------------------------------------------
 
-    def bootstrap(self, start: BinlogPosition, ts: int, tables: Sequence[TableInfo]) -> None:
-        """Start an empty index at `start`/`ts` with the tables as they are now."""
+    def bootstrap(
+        self,
+        start: BinlogPosition,
+        ts: int,
+        tables: Sequence[TableInfo],
+        definitions: Sequence[Optional[str]] = (),
+        databases: Optional[dict[str, str]] = None,
+        server_charset: Optional[str] = None,
+    ) -> None:
+        """Start an empty index at `start`/`ts` with the tables (and their store definitions) as they are now."""
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             if self._meta(conn, "first_ts") is not None:
@@ -271,9 +296,17 @@ class TxnIndex:
                 raise RuntimeError(f"binlog index {self.path} is already bootstrapped")
             conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
-                [("first_ts", str(ts)), ("resolved_ts", str(ts)), ("start_position", str(start))],
+                [("first_ts", str(ts)), ("resolved_ts", str(ts)), ("start_position", str(start))]
+                + ([("server_charset", server_charset)] if server_charset else []),
             )
-            self._insert_versions(conn, [TableVersion(t.schema, t.table, ts, t) for t in tables])
+            definitions = list(definitions) or [None] * len(tables)
+            self._insert_versions(
+                conn, [TableVersion(t.schema, t.table, ts, t, d) for t, d in zip(tables, definitions)]
+            )
+            conn.executemany(
+                "INSERT OR REPLACE INTO database_versions VALUES (?, ?, ?)",
+                [(name, ts, charset) for name, charset in (databases or {}).items()],
+            )
             conn.execute("COMMIT")
 
     def append(
@@ -282,6 +315,7 @@ class TxnIndex:
         ddls: Sequence[DDLEvent],
         versions: Sequence[TableVersion],
         resolved_ts: int,
+        databases: Sequence[tuple[str, int, Optional[str]]] = (),
     ) -> None:
         """Persist a batch of transactions and move resolved-ts, atomically."""
         with self._connect() as conn:
@@ -295,7 +329,8 @@ class TxnIndex:
                     ],
                 )
                 conn.executemany(
-                    "INSERT INTO ddls VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO ddls (commit_ts, schema_name, table_name, query, ddl_type, default_schema, "
+                    "table_info, pre_table_info, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (
                             d.commit_ts,
@@ -306,11 +341,13 @@ class TxnIndex:
                             d.extra.get("default_schema", ""),
                             d.table_info.to_json() if d.table_info else None,
                             d.pre_table_info.to_json() if d.pre_table_info else None,
+                            json.dumps({k: v for k, v in d.extra.items() if k != "default_schema"}) or None,
                         )
                         for d in ddls
                     ],
                 )
                 self._insert_versions(conn, versions)
+                conn.executemany("INSERT OR REPLACE INTO database_versions VALUES (?, ?, ?)", list(databases))
                 conn.execute(
                     "UPDATE meta SET value=? WHERE key='resolved_ts' AND CAST(value AS INTEGER) < ?",
                     (str(resolved_ts), resolved_ts),
@@ -323,6 +360,57 @@ class TxnIndex:
     @staticmethod
     def _insert_versions(conn: sqlite3.Connection, versions: Sequence[TableVersion]) -> None:
         conn.executemany(
-            "INSERT OR REPLACE INTO table_versions VALUES (?, ?, ?, ?)",
-            [(v.schema, v.table, v.version, v.info.to_json() if v.info else None) for v in versions],
+            "INSERT OR REPLACE INTO table_versions (schema_name, table_name, version, table_info, definition) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [(v.schema, v.table, v.version, v.info.to_json() if v.info else None, v.definition) for v in versions],
         )
+
+    # ---- the schema store's persisted state ------------------------------------------------------
+
+    def schema_at(self, ts: int) -> tuple[Optional[str], dict[str, str], list[tuple[TableInfo, Optional[str]]]]:
+        """(server charset, databases -> charset, [(table info, store definition JSON)]) as of ts."""
+        with self._connect() as conn:
+            server_charset = self._meta(conn, "server_charset")
+            databases = {
+                name: charset
+                for name, charset in conn.execute(
+                    "SELECT d.schema_name, d.charset FROM database_versions d JOIN ("
+                    "  SELECT schema_name, MAX(version) AS version FROM database_versions WHERE version <= ?"
+                    "  GROUP BY schema_name) newest USING (schema_name, version)",
+                    (ts,),
+                )
+                if charset is not None
+            }
+            rows = conn.execute(
+                "SELECT v.table_info, v.definition FROM table_versions v JOIN ("
+                "  SELECT schema_name, table_name, MAX(version) AS version FROM table_versions"
+                "  WHERE version <= ? GROUP BY schema_name, table_name) newest"
+                " USING (schema_name, table_name, version)"
+                " WHERE v.table_info IS NOT NULL ORDER BY v.schema_name, v.table_name",
+                (ts,),
+            ).fetchall()
+        return server_charset, databases, [(TableInfo.from_json(info), definition) for info, definition in rows]
+
+    def gc_schema_versions(self, safe_ts: int) -> int:
+        """Drop table versions nobody can read any more: those superseded at or before `safe_ts`
+        (the minimum checkpoint), and tombstones at or before it. Returns how many rows went."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            before = conn.total_changes
+            conn.execute(
+                "DELETE FROM table_versions WHERE version < ("
+                "  SELECT MAX(n.version) FROM table_versions n WHERE n.schema_name = table_versions.schema_name"
+                "  AND n.table_name = table_versions.table_name AND n.version <= ?)",
+                (safe_ts,),
+            )
+            conn.execute("DELETE FROM table_versions WHERE table_info IS NULL AND version <= ?", (safe_ts,))
+            conn.execute(
+                "DELETE FROM database_versions WHERE version < ("
+                "  SELECT MAX(n.version) FROM database_versions n WHERE n.schema_name = database_versions.schema_name"
+                "  AND n.version <= ?)",
+                (safe_ts,),
+            )
+            conn.execute("DELETE FROM database_versions WHERE charset IS NULL AND version <= ?", (safe_ts,))
+            removed = conn.total_changes - before
+            conn.execute("COMMIT")
+        return removed

@@ -1,0 +1,102 @@
+"""TiCDC's DDL type names (the event-filter spellings of pkg/binlog-filter) and the allow list.
+
+`ALLOW_LIST` is the table of the DDL document: which types replicate when the table has a valid
+index, has none with force-replicate=false, has none with force-replicate=true.
+"""
+
+from __future__ import annotations
+
+CREATE_DATABASE = "create database"
+DROP_DATABASE = "drop database"
+MODIFY_SCHEMA_CHARSET = "modify schema charset and collate"
+CREATE_TABLE = "create table"
+DROP_TABLE = "drop table"
+TRUNCATE_TABLE = "truncate table"
+RENAME_TABLE = "rename table"
+CREATE_INDEX = "create index"
+DROP_INDEX = "drop index"
+ADD_PRIMARY_KEY = "add primary key"
+DROP_PRIMARY_KEY = "drop primary key"
+ADD_COLUMN = "add column"
+DROP_COLUMN = "drop column"
+MODIFY_COLUMN = "modify column"
+SET_DEFAULT_VALUE = "set default value"
+MODIFY_TABLE_COMMENT = "modify table comment"
+RENAME_INDEX = "rename index"
+ADD_PARTITION = "add table partition"
+DROP_PARTITION = "drop table partition"
+TRUNCATE_PARTITION = "truncate table partition"
+EXCHANGE_PARTITION = "exchange table partition"
+REORGANIZE_PARTITION = "reorganize table partition"
+COALESCE_PARTITION = "coalesce table partition"
+REBUILD_PARTITION = "rebuild table partition"
+ALTER_PARTITIONING = "alter table partitioning"
+REMOVE_PARTITIONING = "remove table partitioning"
+CREATE_VIEW = "create view"
+DROP_VIEW = "drop view"
+MODIFY_TABLE_CHARSET = "modify table charset and collate"
+RECOVER_TABLE = "recover table"
+REBASE_AUTO_ID = "rebase auto id"
+ALTER_INDEX_VISIBILITY = "alter index visibility"
+ALTER_TTL_INFO = "alter ttl info"
+ALTER_TTL_REMOVE = "alter ttl remove"
+MULTI_SCHEMA_CHANGE = "multi schema change"
+ADD_FOREIGN_KEY = "add foreign key"
+DROP_FOREIGN_KEY = "drop foreign key"
+ADD_CHECK_CONSTRAINT = "add check constraint"
+DROP_CHECK_CONSTRAINT = "drop check constraint"
+# An ALTER TABLE that changes nothing TiCDC replicates (ENGINE=, FORCE, ORDER BY, ...).
+ALTER_TABLE = "alter table"
+# Statements on objects TiCDC does not know (triggers, procedures, events, sequences, ...).
+OTHER = "other"
+# A DDL the parser could not understand: the changefeed that reaches it stops (configurable skip).
+UNPARSEABLE = "unparseable"
+
+# DDL type -> (valid index, no valid index and force-replicate=false, ... force-replicate=true).
+ALLOW_LIST: dict[str, tuple[bool, bool, bool]] = {
+    CREATE_DATABASE: (True, True, True),
+    DROP_DATABASE: (True, True, True),
+    MODIFY_SCHEMA_CHARSET: (True, True, True),
+    CREATE_INDEX: (True, True, True),
+    DROP_INDEX: (True, False, True),
+    ADD_PRIMARY_KEY: (True, True, True),
+    DROP_PRIMARY_KEY: (True, False, True),
+    CREATE_TABLE: (True, False, True),
+    DROP_TABLE: (True, False, True),
+    ADD_COLUMN: (True, False, True),
+    DROP_COLUMN: (True, False, True),
+    TRUNCATE_TABLE: (True, False, True),
+    MODIFY_COLUMN: (True, False, True),
+    RENAME_TABLE: (True, False, True),
+    SET_DEFAULT_VALUE: (True, False, True),
+    MODIFY_TABLE_COMMENT: (True, False, True),
+    RENAME_INDEX: (True, False, True),
+    ADD_PARTITION: (True, False, True),
+    DROP_PARTITION: (True, False, True),
+    TRUNCATE_PARTITION: (True, False, True),
+    CREATE_VIEW: (True, False, True),
+    DROP_VIEW: (True, False, True),
+    MODIFY_TABLE_CHARSET: (True, False, True),
+    RECOVER_TABLE: (True, False, True),
+    REBASE_AUTO_ID: (True, False, True),
+    ALTER_INDEX_VISIBILITY: (True, False, True),
+    EXCHANGE_PARTITION: (True, False, True),
+    REORGANIZE_PARTITION: (True, False, True),
+    ALTER_TTL_INFO: (True, False, True),
+    ALTER_TTL_REMOVE: (True, False, True),
+    # Not a row of the document's table, but TiDB's multi-schema change job is in ddlWhiteListMap.
+    MULTI_SCHEMA_CHANGE: (True, False, True),
+}
+
+# DDLs that are about a database, not one table.
+DATABASE_DDLS = frozenset({CREATE_DATABASE, DROP_DATABASE, MODIFY_SCHEMA_CHARSET})
+
+
+def is_allowed(ddl_type: str, has_valid_index: bool, force_replicate: bool) -> bool:
+    """Whether the allow list replicates `ddl_type` for a table in this state."""
+    row = ALLOW_LIST.get(ddl_type)
+    if row is None:
+        return False
+    if has_valid_index:
+        return row[0]
+    return row[2] if force_replicate else row[1]

@@ -1,0 +1,118 @@
+"""The multi-version schema store: every table's definition over commit-ts, evolved from DDL text.
+
+The store is bootstrapped once, from information_schema, at the index's start point, and persisted
+with the index; afterwards it never reads the upstream's current schema again (which may already
+reflect later DDLs). Each DDL is parsed and applied to the previous definitions; the result is a new
+version of every table it touches, keyed by the DDL's commit-ts (TiCDC's schema_storage.go).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Optional
+
+from sparkcdc.model.events import DDLEvent, TableInfo
+from sparkcdc.schema import ddl_types as T
+from sparkcdc.schema.catalog import Catalog, SchemaApplyError, TableDef, apply_ddl
+from sparkcdc.schema.parser import DDLParseError, ParsedDDL, looks_like_ddl, parse
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DDLOutcome:
+    """A DDL as the puller records it: the event, new table versions, new database versions."""
+
+    event: DDLEvent
+    tables: dict[tuple[str, str], Optional[TableDef]] = field(default_factory=dict)
+    databases: dict[str, Optional[str]] = field(default_factory=dict)
+
+
+def is_ddl(query: str) -> bool:
+    """Whether a standalone Query event is a schema statement the store must see."""
+    return looks_like_ddl(query)
+
+
+class SchemaStore:
+    """The newest catalog, as the puller advances; versions go to the TxnIndex."""
+
+    def __init__(self, catalog: Catalog):
+        self.catalog = catalog
+
+    @classmethod
+    def from_index(cls, index, ts: int) -> "SchemaStore":
+        """The catalog persisted in the index as of `ts` (a restart: nothing is re-read upstream)."""
+        server_charset, databases, tables = index.schema_at(ts)
+        catalog = Catalog(server_charset or "utf8mb4", databases, {})
+        for info, definition in tables:
+            if definition:
+                table = TableDef.from_json(definition)
+            else:
+                table = TableDef.from_table_info(info, catalog.database_charset(info.schema))
+            catalog.tables[(info.schema, info.table)] = table
+        return cls(catalog)
+
+    def table(self, schema: str, table: str) -> Optional[TableDef]:
+        return self.catalog.tables.get((schema, table))
+
+    def apply(self, query: str, default_schema: str, commit_ts: int, position: str) -> DDLOutcome:
+        """Parse and apply one DDL. A DDL the store cannot follow becomes an `unparseable` event
+        carrying the error and binlog position; the catalog is left as it was."""
+        where = f"DDL at {position} (commit-ts {commit_ts})"
+        try:
+            parsed = parse(query, default_schema)
+        except DDLParseError as exc:
+            return self._failed(query, default_schema, commit_ts, position, f"cannot parse: {exc}")
+        working = self.catalog.copy()
+        pre = {key: working.tables.get(key) for key in _touched(parsed)}
+        try:
+            change = apply_ddl(working, parsed, where)
+        except SchemaApplyError as exc:
+            return self._failed(query, default_schema, commit_ts, position, str(exc), parsed.ddl_type)
+        self.catalog = working
+        return DDLOutcome(self._event(parsed, query, default_schema, commit_ts, pre), change.tables, change.databases)
+
+    def _failed(self, query: str, default_schema: str, commit_ts: int, position: str, error: str,
+                parsed_type: str = "") -> DDLOutcome:
+        log.error("schema store cannot follow the DDL at %s: %s: %s", position, error, query)
+        extra = {"error": error, "position": position}
+        if parsed_type:
+            extra["parsed_type"] = parsed_type
+        return DDLOutcome(DDLEvent(commit_ts, default_schema, "", query, T.UNPARSEABLE, extra=extra))
+
+    def _event(self, parsed: ParsedDDL, query: str, default_schema: str, commit_ts: int,
+               pre: dict[tuple[str, str], Optional[TableDef]]) -> DDLEvent:
+        def info(table: Optional[TableDef]) -> Optional[TableInfo]:
+            return table.info(commit_ts) if table is not None else None
+
+        extra: dict = {}
+        schema, table = parsed.schema, ""
+        table_info = pre_table_info = None
+        if parsed.ddl_type in T.DATABASE_DDLS or parsed.kind == "other":
+            pass
+        elif parsed.kind == "rename table" or (parsed.kind == "alter table" and len(parsed.tables) == 2):
+            pairs = parsed.rename_pairs
+            extra["renames"] = [[o.schema, o.table, n.schema, n.table] for o, n in pairs]
+            old, new = pairs[0]
+            schema, table = new.schema, new.table
+            pre_table_info = info(pre.get((old.schema, old.table)))
+            table_info = info(self.catalog.tables.get((new.schema, new.table)))
+        elif parsed.tables:
+            first = parsed.tables[0]
+            schema, table = first.schema, first.table
+            pre_table_info = info(pre.get((first.schema, first.table)))
+            table_info = info(self.catalog.tables.get((first.schema, first.table)))
+            if len(parsed.tables) > 1:
+                extra["tables"] = [[t.schema, t.table] for t in parsed.tables]
+        if parsed.like is not None:
+            # Cross-database CREATE ... LIKE: qualify every name so the downstream resolves them alike.
+            exists = "IF NOT EXISTS " if parsed.if_not_exists else ""
+            extra["upstream_query"] = query
+            query = f"CREATE TABLE {exists}{parsed.tables[0]} LIKE {parsed.like}"
+        extra["default_schema"] = default_schema
+        return DDLEvent(commit_ts, schema, table, query, parsed.ddl_type, table_info, pre_table_info, extra)
+
+
+def _touched(parsed: ParsedDDL) -> list[tuple[str, str]]:
+    return [(t.schema, t.table) for t in parsed.tables]
