@@ -48,3 +48,26 @@ def test_selectors_refused_for_database_sinks():
     ChangeFilters(config, "file:///tmp/x?protocol=csv")
     with pytest.raises(ErrInvalidReplicaConfig, match="only to MQ and storage sinks"):
         ChangeFilters(config, "mysql://root@127.0.0.1:3306/")
+
+
+def test_storage_sink_writes_only_selected_columns(tmp_path):
+    import glob
+
+    from sparkcdc.sink.factory import make_sink
+    from sparkcdc.model.events import DDLEvent
+
+    config = parse_replica_config('[[sink.column-selectors]]\nmatcher = ["db.t"]\ncolumns = ["*", "!secret*"]\n')
+    uri = f"file://{tmp_path}?protocol=csv"
+    filters = ChangeFilters(config, uri)
+    sink = make_sink(uri, config)
+    try:
+        sink.write_ddl(filters.ddl(DDLEvent(1, "db", "t", "CREATE TABLE t (...)", "create table", table_info=T)))
+        table, rows = filters.rows(T, [RowChange(2, "db", "t", "insert", after=("1", "n", "TOP", "TOP2"))])
+        sink.write_rows(table, rows)
+        sink.flush()
+    finally:
+        sink.close()
+    data = "".join(open(f).read() for f in glob.glob(f"{tmp_path}/db/t/**/*.csv", recursive=True))
+    assert '"n"' in data and "TOP" not in data
+    schemas = glob.glob(f"{tmp_path}/db/t/meta/schema_*.json")
+    assert schemas and all('"secret' not in open(s).read() for s in schemas)
