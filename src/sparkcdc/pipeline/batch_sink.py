@@ -22,6 +22,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.pipeline.source import RANGE_MARKER
 from sparkcdc.pipeline.update_split import split_key_updates
+from sparkcdc.schema.rules import DDLPolicy, should_replicate
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ def write_batch(
     on_checkpoint: Callable[[int], None],
     split_updates: bool = False,
     filters: ChangeFilters | None = None,  # event filters and column selectors
+    ddl_policy: DDLPolicy = DDLPolicy(),  # allow list: force-replicate, skip unparseable DDL
 ) -> BatchResult | None:
     bounds = batch_bounds(table)
     if bounds is None:
@@ -99,7 +101,8 @@ def write_batch(
         sink.write_rows(info, rows)
         written += len(rows)
     sink.flush()
-    ddls = [d for d in index.ddls_between(start, end) if table_filter(d.schema, d.table)]
+    # Allow list, valid-index and rename rules; raises for DDLs that must stop the changefeed.
+    ddls = [d for d in index.ddls_between(start, end) if should_replicate(d, table_filter, ddl_policy)]
     if filters is not None:
         ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
     for ddl in ddls:

@@ -24,6 +24,7 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions
+from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates
 from sparkcdc.upstream.txn_index import TxnIndex
@@ -135,6 +136,7 @@ class ChangefeedRunner:
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
         split_updates = splits_key_updates(info.sink_uri, config)
+        ddl_policy = DDLPolicy(force_replicate=config.force_replicate)
         filters = ChangeFilters(config, info.sink_uri)
 
         def on_checkpoint(ts: int) -> None:
@@ -144,7 +146,7 @@ class ChangefeedRunner:
 
         def write(df, batch_id: int) -> None:
             result = write_batch(df.toArrow(), index, sink, table_filter.match_event, on_checkpoint,
-                                 split_updates, filters)
+                                 split_updates, filters, ddl_policy)
             if result is not None and (result.rows or result.ddls):
                 log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d", changefeed_id,
                          batch_id, result.start, result.end, result.rows, result.ddls)
