@@ -3,7 +3,7 @@
 import pytest
 
 from sparkcdc.config.replica import parse_replica_config
-from sparkcdc.errors import ErrSinkURIInvalid, ErrSinkUnknownProtocol, ErrSinkUnsupported
+from sparkcdc.errors import ErrSinkURIInvalid, ErrSinkUnknownProtocol
 from sparkcdc.sink.factory import splits_key_updates, validate_sink
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 
@@ -51,10 +51,9 @@ def test_rejections(uri, error):
         parse_kafka_sink_uri(uri)
 
 
-def test_column_selectors_are_refused_until_implemented():
-    replica = parse_replica_config("[sink]\ncolumn-selectors = [{matcher = ['*.*'], columns = ['a']}]\n")
-    with pytest.raises(ErrSinkUnsupported):
-        parse_kafka_sink_uri("kafka://h:9092/t?protocol=canal-json", replica)
+def test_column_selectors_are_accepted_since_the_batch_writer_applies_them():
+    replica = parse_replica_config("[sink]\ncolumn-selectors = [{matcher = ['*.*'], columns = ['*']}]\n")
+    parse_kafka_sink_uri("kafka://h:9092/t?protocol=canal-json", replica)
 
 
 def test_factory_validates_kafka_and_splits_key_updates_unless_raw():

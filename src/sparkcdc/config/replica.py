@@ -443,7 +443,7 @@ def _validate_whole(config: ReplicaConfig) -> None:
 
 
 def _validate_mq(config: ReplicaConfig) -> None:
-    """Dispatcher rules, topic expressions and column selectors (TiCDC's SinkConfig.validate)."""
+    """Dispatcher rules and topic expressions (TiCDC's SinkConfig.validate)."""
     for i, rule in enumerate(config.sink.dispatchers):
         where = f"sink.dispatchers[{i}]"
         if rule.partition and rule.dispatcher:
@@ -459,11 +459,6 @@ def _validate_mq(config: ReplicaConfig) -> None:
                 "[prefix]{schema}[middle][{table}][suffix] with prefix, middle and suffix of "
                 "[A-Za-z0-9._-], or a plain topic name")
         _check_matchers(rule.matcher, where)
-    for i, selector in enumerate(config.sink.column_selectors):
-        where = f"sink.column-selectors[{i}]"
-        if not selector.matcher or not selector.columns:
-            raise _invalid(f"`{where}` needs both `matcher` and `columns`")
-        _check_matchers(selector.matcher, where)
 
 
 # tiflow cdc/sink/dmlsink/mq/dispatcher/topic/expression.go topicNameRE

@@ -15,7 +15,7 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from sparkcdc.config.replica import ReplicaConfig, SinkConfig, TOPIC_EXPRESSION, parse_go_duration
 from sparkcdc.config.sink_uri import mask_sink_uri
-from sparkcdc.errors import ErrSinkURIInvalid, ErrSinkUnknownProtocol, ErrSinkUnsupported
+from sparkcdc.errors import ErrSinkURIInvalid, ErrSinkUnknownProtocol
 
 log = logging.getLogger(__name__)
 
@@ -258,8 +258,6 @@ def parse_kafka_sink_uri(uri: str, config: Optional[ReplicaConfig] = None) -> Ka
             raise ErrSinkURIInvalid(f"large-message-handle-option={large} is valid only for open-protocol, simple and canal-json")
         if protocol == "canal-json" and not enable_extension:
             raise ErrSinkURIInvalid("large-message-handle-option with canal-json needs enable-tidb-extension=true")
-    if config.sink.column_selectors:
-        raise ErrSinkUnsupported("[[sink.column-selectors]] is not supported yet by the Kafka sink; remove it")
     if config.sink.transaction_atomicity == "table":
         raise ErrSinkURIInvalid("transaction-atomicity=table is not allowed for MQ sinks")
     for rule in config.sink.dispatchers:
