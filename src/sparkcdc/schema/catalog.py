@@ -191,7 +191,7 @@ def build_column(spec: ColumnSpec, table_charset: str) -> ColumnInfo:
         name=spec.name,
         mysql_type=mysql_type,
         unsigned=spec.unsigned and mysql_type not in ("bit", "year"),
-        nullable=not (spec.not_null or spec.primary),
+        nullable=not (spec.not_null or spec.primary or spec.auto_increment),
         charset=charset,
         length=length,
         precision=spec.precision if mysql_type == "decimal" else None,

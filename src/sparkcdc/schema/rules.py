@@ -41,8 +41,6 @@ def should_replicate(
     if ddl.ddl_type in T.DATABASE_DDLS:
         return T.is_allowed(ddl.ddl_type, True, policy.force_replicate)
     info = ddl.table_info or ddl.pre_table_info
-    if ddl.ddl_type in (T.CREATE_VIEW, T.DROP_VIEW):
-        return T.is_allowed(ddl.ddl_type, True, policy.force_replicate)
     # Without a recorded definition there is nothing to hold against the table.
     return T.is_allowed(ddl.ddl_type, info is None or info.has_valid_index, policy.force_replicate)
 

@@ -1,0 +1,77 @@
+"""TiCDC's DDL allow list (every row, three columns), the rename tables row by row, unparseable DDLs."""
+
+import pytest
+
+from sparkcdc.filter.table_filter import TableFilter
+from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
+from sparkcdc.schema import ddl_types as T
+from sparkcdc.schema.rules import DDLPolicy, ErrDDLUnparseable, ErrRenameTableNotSupported, should_replicate
+from sparkcdc.schema.store import SchemaStore
+from sparkcdc.schema.catalog import Catalog
+
+WITH_INDEX = TableInfo("test", "t1", 1, (ColumnInfo("id", "int", nullable=False, is_primary_key=True),), 1, ("id",))
+WITHOUT_INDEX = TableInfo("test", "t1", 1, (ColumnInfo("id", "int"),), 1, ())
+ALL = TableFilter(["*.*"]).match_event
+
+
+@pytest.mark.parametrize("ddl_type,row", sorted(T.ALLOW_LIST.items()))
+def test_allow_list_every_row_and_column(ddl_type, row):
+    table = "" if ddl_type in T.DATABASE_DDLS else "t1"
+    got = []
+    for info, force in ((WITH_INDEX, False), (WITHOUT_INDEX, False), (WITHOUT_INDEX, True)):
+        ddl = DDLEvent(10, "test", table, "q", ddl_type, table_info=info)
+        got.append(should_replicate(ddl, ALL, DDLPolicy(force_replicate=force)))
+    assert tuple(got) == row
+
+
+@pytest.mark.parametrize("ddl_type", [T.ALTER_TABLE, T.OTHER, T.ADD_FOREIGN_KEY])
+def test_types_outside_the_allow_list_never_replicate(ddl_type):
+    assert not should_replicate(DDLEvent(10, "test", "t1", "q", ddl_type, table_info=WITH_INDEX), ALL)
+
+
+def rename_event(query):
+    return SchemaStore(_catalog())._event(__import__("sparkcdc.schema.parser", fromlist=["parse"]).parse(query, "test"),
+                                          query, "test", 10, {})
+
+
+def _catalog():
+    return Catalog()
+
+
+FILTER = TableFilter(["test.t*"]).match_event
+
+
+@pytest.mark.parametrize("query,expected", [
+    ("RENAME TABLE test.t1 TO test.t2", True),
+    ("RENAME TABLE test.t1 TO ignore.t1", True),
+    ("RENAME TABLE ignore.t1 TO ignore.t2", False),
+    ("RENAME TABLE test.n1 TO test.t1", "error"),
+    ("RENAME TABLE ignore.t1 TO test.t1", "error"),
+    ("RENAME TABLE test.t1 TO test.t2, test.t3 TO test.t4", True),
+    ("RENAME TABLE test.t1 TO test.ignore1, test.t3 TO test.ignore2", True),
+    ("RENAME TABLE test.t1 TO ignore.t1, test.t2 TO test.t22", "error"),
+    ("RENAME TABLE test.t1 TO test.t4, test.t3 TO test.t1, test.t4 TO test.t3", "error"),
+])
+def test_rename_rules_from_the_ddl_document(query, expected):
+    ddl = rename_event(query)
+    if expected == "error":
+        with pytest.raises(ErrRenameTableNotSupported):
+            should_replicate(ddl, FILTER, DDLPolicy(force_replicate=True))
+    else:
+        assert should_replicate(ddl, FILTER, DDLPolicy(force_replicate=True)) is expected
+
+
+def test_unparseable_ddl_stops_the_changefeed_unless_skipped():
+    store = SchemaStore(Catalog())
+    outcome = store.apply("ALTER TABLE t FROBNICATE", "db", 77, "mysql-bin.000003:1234")
+    ddl = outcome.event
+    assert ddl.ddl_type == T.UNPARSEABLE and ddl.extra["position"] == "mysql-bin.000003:1234"
+    with pytest.raises(ErrDDLUnparseable, match="mysql-bin.000003:1234"):
+        should_replicate(ddl, ALL)
+    assert not should_replicate(ddl, ALL, DDLPolicy(skip_unparseable=True))
+
+
+def test_ddl_on_an_unknown_table_is_reported_not_guessed():
+    outcome = SchemaStore(Catalog()).apply("ALTER TABLE nowhere ADD COLUMN c INT", "db", 5, "f:1")
+    assert outcome.event.ddl_type == T.UNPARSEABLE and "not in the schema store" in outcome.event.extra["error"]
+    assert outcome.tables == {}
