@@ -202,3 +202,32 @@ def test_compressed_binlog_fails_loudly(mariadb_factory, tmp_path):
     puller.stop()
     assert "log_bin_compress=OFF" in str(info.value)
     assert puller.error is not None
+
+
+def test_ddls_run_while_the_puller_is_down_get_their_own_versions(setup, fresh_db):
+    """The original bug: a restart re-read information_schema and gave earlier DDLs later columns."""
+    cfg, index, start_puller, conn = setup
+    puller = start_puller()
+    run(conn, "CREATE TABLE t (id INT PRIMARY KEY, a INT)", "INSERT INTO t VALUES (1, 2)")
+    puller.wait_caught_up(20)
+    puller.stop()
+    run(conn, "ALTER TABLE t ADD COLUMN b INT", "INSERT INTO t VALUES (2, 3, 4)", "ALTER TABLE t DROP COLUMN a",
+        "INSERT INTO t VALUES (3, 5)", "RENAME TABLE t TO t2", "INSERT INTO t2 VALUES (4, 6)")
+    start_puller()
+    txns = index.txns_between(index.first_ts(), index.resolved_ts())
+    changes = read_txns_at_each_version(cfg, index, txns)
+    assert [c.after for c in changes] == [("1", "2"), ("2", "3", "4"), ("3", "5"), ("4", "6")]
+    ddls = index.ddls_between(index.first_ts(), index.resolved_ts())
+    assert [d.ddl_type for d in ddls] == ["create table", "add column", "drop column", "rename table"]
+    assert index.table_info_at(fresh_db, "t2", ddls[-1].commit_ts).column_names == ("id", "b")
+
+
+def read_txns_at_each_version(cfg, index, txns):
+    out = []
+    for txn in txns:
+        if txn.is_ddl:
+            continue
+        tables = {f"{t.schema}.{t.table}": t.to_json() for t in index.tables_at(txn.commit_ts)}
+        rng = BinlogRange(cfg, next(_server_ids), txn.start, txn.end, (txn.commit_ts,), tables)
+        out.extend(read_range(rng))
+    return out
