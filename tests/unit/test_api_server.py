@@ -44,6 +44,9 @@ class FakeController:
     def capture_info(self):
         return {"id": "cap-1", "address": "127.0.0.1:8300", "cluster_id": "default"}
 
+    def verify_tables(self, config, start_ts):
+        return [], []
+
 
 @pytest.fixture
 def api(tmp_path):

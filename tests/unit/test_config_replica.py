@@ -109,10 +109,6 @@ def test_unimplemented_ticdc_keys_accepted_at_their_defaults(text):
     ("[consistent]\nunknown = 1", "consistent.unknown"),
     ("[scheduler]\nenable-table-across-nodes = true", "scheduler.enable-table-across-nodes"),
     ("[integrity]\nintegrity-check-level = \"correctness\"", "integrity.integrity-check-level"),
-    ("[[sink.dispatchers]]\nmatcher = ['*.*']\npartition = 'ts'", "sink.dispatchers"),
-    ("[[sink.column-selectors]]\nmatcher = ['*.*']", "sink.column-selectors"),
-    ("[[filter.event-filters]]\nmatcher = ['*.*']", "filter.event-filters"),
-    ("[sink.kafka-config]\nmax-message-bytes = 1", "sink.kafka-config.max-message-bytes"),
     ("[mounter]\nworker-num = 16.0", "mounter.worker-num"),
 ])
 def test_unimplemented_ticdc_keys_refused_when_not_default(text, key):

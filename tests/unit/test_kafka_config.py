@@ -3,7 +3,7 @@
 import pytest
 
 from sparkcdc.config.replica import parse_replica_config
-from sparkcdc.errors import ErrSinkURIInvalid, ErrSinkUnknownProtocol
+from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid, ErrSinkUnknownProtocol
 from sparkcdc.sink.factory import splits_key_updates, validate_sink
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 
@@ -43,7 +43,8 @@ def test_uri_wins_over_kafka_config_and_secrets_are_masked():
     ("kafka://h:9092/t?protocol=canal-json&compression=brotli", ErrSinkURIInvalid),
     ("kafka://h:9092/t?protocol=canal-json&nope=1", ErrSinkURIInvalid),
     ("kafka://h:9092/t?protocol=canal-json&auto-create-topic=maybe", ErrSinkURIInvalid),
-    ("kafka://h:9092/t?protocol=avro", ErrSinkURIInvalid),
+    ("kafka://h:9092/t?protocol=avro", ErrSinkUnsupported),
+    ("kafka://h:9092/t?protocol=debezium", ErrSinkUnsupported),
     ("kafka://h/t?protocol=canal-json", ErrSinkURIInvalid),
 ])
 def test_rejections(uri, error):
