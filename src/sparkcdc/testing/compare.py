@@ -3,6 +3,8 @@ consumer rebuilt from a sink's output, row by row."""
 
 from __future__ import annotations
 
+import numpy
+
 from sparkcdc.model.events import BINARY_TYPES
 
 Rows = dict[tuple, dict[str, "str | None"]]
@@ -12,9 +14,23 @@ def _select_expression(name: str, data_type: str, column_type: str) -> str:
     quoted = f"`{name}`"
     if data_type in BINARY_TYPES or "binary" in column_type and data_type in ("char", "varchar"):
         return quoted  # bytes, decoded as ISO-8859-1 below
+    if data_type in ("float", "double"):
+        return quoted  # a Python float, formatted below
     if data_type == "bit":
         return f"CAST({quoted}+0 AS CHAR)"
+    if data_type == "year":
+        return f"LPAD(CAST({quoted} AS CHAR), 4, '0')"
     return f"CAST({quoted} AS CHAR)"
+
+
+def _canonical(data_type: str, value):
+    if isinstance(value, (bytes, bytearray)):
+        return value.decode("latin-1")
+    if value is not None and data_type == "float":
+        return numpy.format_float_positional(numpy.float32(value), unique=True, trim="-")
+    if value is not None and data_type == "double":
+        return numpy.format_float_positional(value, unique=True, trim="-")
+    return value
 
 
 def read_upstream_table(conn, schema: str, table: str) -> Rows:
@@ -28,15 +44,13 @@ def read_upstream_table(conn, schema: str, table: str) -> Rows:
         )
         columns = cur.fetchall()
         names = [c[0] for c in columns]
+        types = [c[1].lower() for c in columns]
         key = [c[0] for c in columns if c[3] == "PRI"]
         select = ", ".join(_select_expression(n, t.lower(), ct.lower()) for n, t, ct, _ in columns)
         cur.execute(f"SELECT {select} FROM `{schema}`.`{table}`")
         rows: Rows = {}
         for raw in cur.fetchall():
-            row = {
-                n: (v.decode("latin-1") if isinstance(v, (bytes, bytearray)) else v)
-                for n, v in zip(names, raw)
-            }
+            row = {n: _canonical(t, v) for n, t, v in zip(names, types, raw)}
             rows[tuple(row[k] for k in key)] = row
         return rows
 
