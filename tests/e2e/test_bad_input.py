@@ -67,3 +67,37 @@ def test_upstream_without_row_binlog_is_named(mariadb_factory, tmp_path):
         assert server.process.poll() is None, "server died on a bad upstream"
     finally:
         server.stop()
+
+
+def test_a_failing_changefeed_shows_its_error_and_others_keep_running(server, mariadb, tmp_path):
+    import json
+    import time
+
+    database = "e2e_fail"
+    broken, healthy = tmp_path / "broken", tmp_path / "healthy"
+    broken.mkdir()
+    (broken / database).write_text("a file where the sink needs a directory")
+    config = tmp_path / "cf.toml"
+    config.write_text(f'[filter]\nrules = ["{database}.*"]\n')
+    server.cli("changefeed", "create", "-c", "broken", "--config", str(config),
+               "--sink-uri", f"file://{broken}?protocol=csv")
+    server.cli("changefeed", "create", "-c", "healthy", "--config", str(config),
+               "--sink-uri", f"file://{healthy}?protocol=csv")
+    with mariadb.connect().cursor() as cur:
+        cur.execute(f"CREATE DATABASE {database}")
+        cur.execute(f"CREATE TABLE {database}.t (id INT PRIMARY KEY)")
+        cur.execute(f"INSERT INTO {database}.t VALUES (1), (2)")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        state = json.loads(server.cli("changefeed", "query", "-c", "broken").stdout)
+        if state["state"] == "failed":
+            break
+        time.sleep(1)
+    assert state["state"] == "failed", state
+    assert state["error"] and state["error"]["message"], state
+    healthy_state = json.loads(server.cli("changefeed", "query", "-c", "healthy").stdout)
+    assert healthy_state["state"] == "normal"
+    while time.monotonic() < deadline and not list(healthy.rglob("CDC*.csv")):
+        time.sleep(1)
+    assert list(healthy.rglob("CDC*.csv")), "the healthy changefeed stopped replicating"
+    server.api("GET", "/api/v2/health")

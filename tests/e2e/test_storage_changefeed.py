@@ -14,6 +14,7 @@ import time
 import pytest
 
 from sparkcdc.consumer.storage_reader import checkpoint_ts, rebuild_tables
+from sparkcdc.testing.alltypes import create_alltypes
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.workload import Workload
@@ -36,8 +37,8 @@ def wait_replicated(root: str, protocol: str, database: str, mark: int, timeout:
     raise AssertionError(f"finish mark {mark} of {database} not replicated to {root} in {timeout}s")
 
 
-def assert_tables_equal(conn, database: str, rebuilt) -> None:
-    for table in WORKLOAD_TABLES:
+def assert_tables_equal(conn, database: str, rebuilt, tables=WORKLOAD_TABLES) -> None:
+    for table in tables:
         expected = read_upstream_table(conn, database, table)
         actual = {
             tuple(str(k) for k in key): row for key, row in rebuilt.get((database, table), {}).items()
@@ -71,12 +72,15 @@ def test_canal_json_and_csv_rebuild_equals_upstream(server, mariadb, tmp_path):
     conn = mariadb.connect()
     workload = Workload(conn, database, seed=7)
     workload.create_tables()
+    create_alltypes(conn, database)
+    with conn.cursor() as cur:
+        cur.execute(f"UPDATE `{database}`.alltypes SET vc = CONCAT(vc, '!'), i = i + 1 WHERE i = 7")
     workload.run(150)
     workload.finish()
 
     for protocol, root in outputs.items():
         rebuilt = wait_replicated(root, protocol, database, 1)
-        assert_tables_equal(conn, database, rebuilt)
+        assert_tables_equal(conn, database, rebuilt, WORKLOAD_TABLES + ["alltypes"])
 
     # canal-json lines carry TiCDC's fields; the tidb extension carries the commit-ts.
     data_files = [
