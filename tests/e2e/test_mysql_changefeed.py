@@ -50,9 +50,8 @@ def test_mysql_sink_replicates_ddl_and_dml_and_survives_sigkill(mariadb, mariadb
         server.kill()
         workload.run(60)
         server.start()
-        # A DDL while replicating: rows before it use the old schema, rows after the new one.
-        # (A DDL made while the server is down is not covered yet: the puller reads table
-        # definitions from information_schema when it reaches the DDL; see issue 3.)
+        # A DDL while replicating: rows before it use the old schema, rows after the new one
+        # (DDL while the server is down: test_ddl_replication.py).
         with up.cursor() as cur:
             cur.execute(f"ALTER TABLE `{database}`.orders ADD COLUMN region VARCHAR(16) NULL DEFAULT 'eu'")
             cur.execute(f"UPDATE `{database}`.orders SET region = 'us' WHERE id % 2 = 0")
