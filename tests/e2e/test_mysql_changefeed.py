@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from sparkcdc.testing.compare import diff_tables, read_upstream_table
+from sparkcdc.testing.compare import diff_tables, read_upstream_table, wait_for_row
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.workload import Workload
 
 pytestmark = pytest.mark.e2e
 
 TABLES = ["customers", "orders", "items", "finish_mark"]
-
-
-def wait_for_row(conn, database: str, table: str, timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with conn.cursor() as cur:
-            try:
-                if cur.execute(f"SELECT 1 FROM `{database}`.`{table}`"):
-                    return
-            except Exception:  # the table is not replicated yet
-                pass
-        time.sleep(1)
-    raise AssertionError(f"{database}.{table} not replicated downstream in {timeout}s")
 
 
 def test_mysql_sink_replicates_ddl_and_dml_and_survives_sigkill(mariadb, mariadb_factory, tmp_path):

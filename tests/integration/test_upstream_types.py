@@ -3,11 +3,10 @@
 import numpy
 import pytest
 
-from sparkcdc.testing.alltypes import ALL_BYTES, COLUMN_NAMES, COLUMNS, EMOJI, ROWS
+from sparkcdc.testing.alltypes import ALL_BYTES, COLUMN_NAMES, COLUMNS, ROWS
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
-from sparkcdc.upstream.schema_reader import read_table_info
 from sparkcdc.upstream.txn_index import TxnIndex
 
 pytestmark = pytest.mark.integration

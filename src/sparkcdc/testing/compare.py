@@ -68,3 +68,19 @@ def diff_tables(expected: Rows, actual: Rows, limit: int = 5) -> list[str]:
         if len(problems) >= limit:
             break
     return problems
+
+
+def wait_for_row(conn, database: str, table: str, timeout: float = 180.0) -> None:
+    """Wait until `database.table` exists and has a row (e.g. a replicated finish mark)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with conn.cursor() as cur:
+            try:
+                if cur.execute(f"SELECT 1 FROM `{database}`.`{table}` LIMIT 1"):
+                    return
+            except Exception:  # the table is not replicated yet
+                pass
+        time.sleep(1)
+    raise AssertionError(f"{database}.{table} not replicated downstream in {timeout}s")
