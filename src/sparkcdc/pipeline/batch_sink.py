@@ -22,7 +22,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.pipeline.source import RANGE_MARKER
 from sparkcdc.pipeline.update_split import split_key_updates
-from sparkcdc.schema.rules import DDLPolicy, should_replicate
+from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,8 @@ def write_batch(
         info = index.table_info_at(schema, name, start)
         if info is None:
             raise RuntimeError(f"no table info for {schema}.{name} at {start}")
+        if not (info.has_valid_index or ddl_policy.force_replicate):
+            continue  # the source does not decode such tables; this keeps the rule in one more place
         rows = net_changes_per_key(info, rows)
         if split_updates:
             rows = split_key_updates(info, rows)
@@ -102,7 +104,7 @@ def write_batch(
         written += len(rows)
     sink.flush()
     # Allow list, valid-index and rename rules; raises for DDLs that must stop the changefeed.
-    ddls = [d for d in index.ddls_between(start, end) if should_replicate(d, table_filter, ddl_policy)]
+    ddls = [part for d in index.ddls_between(start, end) for part in replicated_ddls(d, table_filter, ddl_policy)]
     if filters is not None:
         ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
     for ddl in ddls:

@@ -111,7 +111,9 @@ class ChangefeedRunner:
                 parallelism=max(1, self._spark.sparkContext.defaultParallelism),
                 filter_rules=tuple(config.filter.rules),
                 case_sensitive=config.case_sensitive,
+                force_replicate=config.force_replicate,
             )
+            _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
@@ -136,7 +138,7 @@ class ChangefeedRunner:
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
         split_updates = splits_key_updates(info.sink_uri, config)
-        ddl_policy = DDLPolicy(force_replicate=config.force_replicate)
+        ddl_policy = DDLPolicy(force_replicate=config.force_replicate, skip_unparseable=config.skip_unparseable_ddl)
         filters = ChangeFilters(config, info.sink_uri)
 
         def on_checkpoint(ts: int) -> None:
@@ -201,6 +203,18 @@ class ChangefeedRunner:
     def stop_all(self) -> None:
         for namespace, changefeed_id in self.running():
             self.stop(namespace, changefeed_id)
+
+
+def _warn_ineligible(index: TxnIndex, ts: int, config: ReplicaConfig, changefeed_id: str) -> None:
+    """Name the tables whose rows this changefeed skips (TiCDC logs the same at changefeed start)."""
+    from sparkcdc.filter.eligibility import classify_tables
+
+    _, ineligible = classify_tables(index.tables_at(ts), config)
+    if ineligible:
+        log.warning(
+            "[SPARKCDC:WarnIneligibleTable] changefeed %s does not replicate tables without a valid index: %s; "
+            "add a primary key or a NOT NULL unique key upstream, or set force-replicate = true",
+            changefeed_id, ", ".join(f"{t.schema}.{t.table}" for t in ineligible))
 
 
 def _short_error(exc: BaseException) -> str:

@@ -17,8 +17,9 @@ seq = start) so the sink learns the batch's bounds even when it has no rows.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
@@ -34,6 +35,8 @@ ROW_SCHEMA = (
     "before array<string>, after array<string>"
 )
 RANGE_MARKER = "range"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class SourceOptions:
     parallelism: int = 2
     filter_rules: tuple[str, ...] = ("*.*",)
     case_sensitive: bool = False
+    force_replicate: bool = False  # also decode tables without a valid index
 
     def to_options(self) -> dict[str, str]:
         return {
@@ -72,6 +76,7 @@ class SourceOptions:
             "parallelism": str(self.parallelism),
             "filter_rules": "\n".join(self.filter_rules),
             "case_sensitive": "true" if self.case_sensitive else "false",
+            "force_replicate": "true" if self.force_replicate else "false",
         }
 
     @classmethod
@@ -86,6 +91,7 @@ class SourceOptions:
             parallelism=int(options.get("parallelism", "2")),
             filter_rules=tuple(r for r in options.get("filter_rules", "*.*").split("\n") if r),
             case_sensitive=options.get("case_sensitive", "false") == "true",
+            force_replicate=options.get("force_replicate", "false") == "true",
         )
 
 
@@ -105,6 +111,25 @@ def plan_batch_end(index: TxnIndex, start: int, target_ts: int, max_batch_bytes:
         if size > max_batch_bytes and txn.commit_ts > start:
             return txn.commit_ts
     return end
+
+
+def replicated_tables(
+    tables: Sequence[TableInfo], table_filter: Callable[[str, str], bool], force_replicate: bool
+) -> tuple[dict[str, str], list[TableInfo]]:
+    """("schema.table" -> TableInfo JSON to decode, tables skipped for lack of a valid index).
+
+    TiCDC does not replicate the rows of a table without a PK or NOT-NULL unique key unless
+    force-replicate is set: downstream they could not be keyed (IsIneligibleTable)."""
+    chosen: dict[str, str] = {}
+    ineligible: list[TableInfo] = []
+    for info in tables:
+        if not table_filter(info.schema, info.table):
+            continue
+        if info.has_valid_index or force_replicate:
+            chosen[f"{info.schema}.{info.table}"] = info.to_json()
+        else:
+            ineligible.append(info)
+    return chosen, ineligible
 
 
 def split_ranges(txns: Sequence[TxnRecord], parts: int) -> list[list[TxnRecord]]:
@@ -140,6 +165,7 @@ def split_ranges(txns: Sequence[TxnRecord], parts: int) -> list[list[TxnRecord]]
 class BinlogStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions):
         self.options = options
+        self._warned: set[tuple[str, str, int]] = set()
 
     def _index(self) -> TxnIndex:
         return TxnIndex(self.options.index_path)
@@ -179,10 +205,16 @@ class BinlogStreamReader(DataSourceStreamReader):
 
     def _tables_at(self, index: TxnIndex, ts: int) -> dict[str, str]:
         table_filter = TableFilter(list(self.options.filter_rules), self.options.case_sensitive)
-        tables: dict[str, str] = {}
-        for info in index.tables_at(ts):
-            if table_filter.match(info.schema, info.table):
-                tables[f"{info.schema}.{info.table}"] = info.to_json()
+        tables, ineligible = replicated_tables(index.tables_at(ts), table_filter.match, self.options.force_replicate)
+        # Once per table version, so a long-running changefeed does not repeat itself every batch.
+        new = [t for t in ineligible if (t.schema, t.table, t.version) not in self._warned]
+        if new:
+            self._warned.update((t.schema, t.table, t.version) for t in new)
+            log.warning(
+                "[SPARKCDC:WarnIneligibleTable] tables without a valid index (no primary key and no unique key "
+                "of NOT NULL columns) are not replicated: %s; add such a key upstream, or set force-replicate = true",
+                ", ".join(f"{t.schema}.{t.table}" for t in new),
+            )
         return tables
 
     def read(self, partition: InputPartition) -> Iterator[tuple]:

@@ -3,12 +3,16 @@ TABLE rules under table filters, and what happens to a DDL the schema store coul
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Callable, Optional
 
 from sparkcdc.errors import SparkCDCError, _define
 from sparkcdc.model.events import DDLEvent
 from sparkcdc.schema import ddl_types as T
+from sparkcdc.schema.store import split_ddl
+
+log = logging.getLogger(__name__)
 
 ErrDDLUnparseable = _define("ErrDDLUnparseable", 500)
 ErrRenameTableNotSupported = _define("ErrRenameTableNotSupported", 400)
@@ -21,17 +25,33 @@ class DDLPolicy:
     skip_unparseable: bool = False
 
 
+def replicated_ddls(
+    ddl: DDLEvent, table_filter: Callable[[str, str], bool], policy: DDLPolicy = DDLPolicy()
+) -> list[DDLEvent]:
+    """The events `ddl` sends to the sink: multi-table DROP/RENAME become one event per table
+    (each held against the allow list with its own table), a multi-table RENAME first passes
+    TiCDC's rule for the whole statement. Raises like `should_replicate`."""
+    parts = split_ddl(ddl)
+    if len(parts) == 1:
+        return parts if should_replicate(parts[0], table_filter, policy) else []
+    if ddl.ddl_type == T.RENAME_TABLE and not rename_allowed(ddl, table_filter):
+        return []
+    return [part for part in parts if should_replicate(part, table_filter, policy)]
+
+
 def should_replicate(
     ddl: DDLEvent, table_filter: Callable[[str, str], bool], policy: DDLPolicy = DDLPolicy()
 ) -> bool:
     """Whether `ddl` goes to the sink. Raises for DDLs TiCDC refuses (illegal renames, unparseable)."""
     if ddl.ddl_type == T.UNPARSEABLE:
+        where = f"the DDL at binlog {ddl.extra.get('position', '?')} (commit-ts {ddl.commit_ts})"
         if policy.skip_unparseable:
+            log.error("skip-unparseable-ddl: skipping %s: %s; query: %r", where, ddl.extra.get("error", ""), ddl.query)
             return False
         raise ErrDDLUnparseable(
-            f"the DDL at binlog {ddl.extra.get('position', '?')} (commit-ts {ddl.commit_ts}) could not be "
-            f"followed by the schema store: {ddl.extra.get('error', '')}; query: {ddl.query!r}. Apply it downstream "
-            "by hand and recreate the changefeed after it, or set skip-unparseable-ddl to skip it"
+            f"{where} could not be followed by the schema store: {ddl.extra.get('error', '')}; query: "
+            f"{ddl.query!r}. Apply it downstream by hand and recreate the changefeed after it, or set "
+            "skip-unparseable-ddl = true in the changefeed config (a sparkcdc-only key) to skip it"
         )
     if ddl.ddl_type == T.RENAME_TABLE and ddl.extra.get("renames"):
         if not rename_allowed(ddl, table_filter):

@@ -98,6 +98,12 @@ class SchemaStore:
             schema, table = new.schema, new.table
             pre_table_info = info(pre.get((old.schema, old.table)))
             table_info = info(self.catalog.tables.get((new.schema, new.table)))
+            if len(pairs) > 1:
+                extra["parts"] = [
+                    _part(n.schema, n.table, f"RENAME TABLE {o} TO {n}", info(self.catalog.tables.get((n.schema, n.table))),
+                          info(pre.get((o.schema, o.table))), rename=[o.schema, o.table, n.schema, n.table])
+                    for o, n in pairs
+                ]
         elif parsed.tables:
             first = parsed.tables[0]
             schema, table = first.schema, first.table
@@ -105,6 +111,14 @@ class SchemaStore:
             table_info = info(self.catalog.tables.get((first.schema, first.table)))
             if len(parsed.tables) > 1:
                 extra["tables"] = [[t.schema, t.table] for t in parsed.tables]
+            if parsed.kind == "drop table" and len(parsed.tables) > 1:
+                # One event per table, as TiDB runs one job per table: each gets its own allow-list check.
+                exists = "IF EXISTS " if parsed.if_exists else ""
+                extra["parts"] = [
+                    _part(t.schema, t.table, f"DROP TABLE {exists}{t}", None, info(pre.get((t.schema, t.table))))
+                    for t in parsed.tables
+                    if pre.get((t.schema, t.table)) is not None
+                ]
         if parsed.like is not None:
             # Cross-database CREATE ... LIKE: qualify every name so the downstream resolves them alike.
             exists = "IF NOT EXISTS " if parsed.if_not_exists else ""
@@ -112,6 +126,42 @@ class SchemaStore:
             query = f"CREATE TABLE {exists}{parsed.tables[0]} LIKE {parsed.like}"
         extra["default_schema"] = default_schema
         return DDLEvent(commit_ts, schema, table, query, parsed.ddl_type, table_info, pre_table_info, extra)
+
+
+def _part(schema: str, table: str, query: str, table_info: Optional[TableInfo], pre_table_info: Optional[TableInfo],
+          rename: Optional[list[str]] = None) -> dict:
+    """One table's share of a multi-table DDL, stored in the event's extra (JSON) until it is split."""
+    part = {
+        "schema": schema,
+        "table": table,
+        "query": query,
+        "table_info": table_info.to_json() if table_info else None,
+        "pre_table_info": pre_table_info.to_json() if pre_table_info else None,
+    }
+    if rename is not None:
+        part["rename"] = rename
+    return part
+
+
+def split_ddl(ddl: DDLEvent) -> list[DDLEvent]:
+    """`DROP TABLE a, b` and `RENAME TABLE a TO b, c TO d` as one event per table, all at the DDL's
+    commit-ts (TiCDC's BuildDDLEvents); any other DDL as itself."""
+    parts = ddl.extra.get("parts")
+    if not parts:
+        return [ddl]
+    base = {k: v for k, v in ddl.extra.items() if k not in ("parts", "tables", "renames")}
+    events = []
+    for part in parts:
+        extra = {**base, "upstream_query": ddl.extra.get("upstream_query", ddl.query)}
+        if "rename" in part:
+            extra["renames"] = [part["rename"]]
+        events.append(DDLEvent(
+            ddl.commit_ts, part["schema"], part["table"], part["query"], ddl.ddl_type,
+            TableInfo.from_json(part["table_info"]) if part["table_info"] else None,
+            TableInfo.from_json(part["pre_table_info"]) if part["pre_table_info"] else None,
+            extra,
+        ))
+    return events
 
 
 def _touched(parsed: ParsedDDL) -> list[tuple[str, str]]:
