@@ -95,3 +95,90 @@ def test_consumer_replays_storage_into_mariadb(mariadb, s3, protocol, tmp_path):
     assert main(command) == 0
     assert downstream_rows(mariadb, with_note=True) == [
         (3, "fig", "3.00", "", "new"), (10, "apple", "1.50", "00FF", None)]
+
+
+PRE_COLUMNS = (
+    ColumnInfo("id", "bigint", unsigned=True, nullable=False, is_primary_key=True),
+    ColumnInfo("code", "char", charset="utf8mb4", length=4, nullable=False),
+    ColumnInfo("amount", "decimal", precision=12, scale=3),
+    ColumnInfo("at", "datetime", scale=3),
+    ColumnInfo("raw", "varbinary", charset="binary", length=8),
+    ColumnInfo("note", "text", charset="utf8mb4"),
+)
+TIERS = ("basic", "gold")
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "csv"])
+def test_tables_from_before_the_changefeed_and_a_saved_checkpoint(mariadb, s3, protocol, tmp_path):
+    """First schema files without a DDL query create their tables from the columns (enum
+    members come from a table the user created downstream); the consumer checkpoint is saved
+    downstream, so a restart applies only what is new."""
+    bucket = f"pre-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(bucket)
+    sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=True)
+    sink_config.csv.include_commit_ts = True
+    uri = s3.uri(bucket, "cdc", protocol=protocol)
+    database = f"pre_{protocol.replace('-', '_')}"
+    with mariadb.connect() as connection, connection.cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS {database}")
+        cursor.execute("DROP DATABASE IF EXISTS sparkcdc_consumer")
+        # The enum table exists downstream already (schema files carry no enum members).
+        cursor.execute(f"CREATE DATABASE {database}")
+        cursor.execute(f"CREATE TABLE {database}.tiers (id INT PRIMARY KEY, tier ENUM('basic','gold'))")
+
+    plain = TableInfo(database, "plain", 1, PRE_COLUMNS, ts(0), handle_key=("id",))
+    tiers = TableInfo(database, "tiers", 2, (
+        ColumnInfo("id", "int", nullable=False, is_primary_key=True),
+        ColumnInfo("tier", "enum", elements=TIERS)), ts(0), handle_key=("id",))
+    sink = StorageSink(uri, sink_config, lambda: DAY)
+    row = ("18446744073709551615", "ab", "-1.250", "2024-03-01 12:00:00.125", "\x01\x02", "x")
+    sink.write_rows(plain, [RowChange(ts(2), database, "plain", "insert", after=row),
+                            RowChange(ts(2), database, "plain", "insert", after=("2",) + row[1:], seq=1)])
+    sink.write_rows(tiers, [RowChange(ts(2), database, "tiers", "insert", after=("1", "gold"))])
+    sink.write_checkpoint(ts(2))
+    config_file = tmp_path / "changefeed.toml"
+    config_file.write_text("[sink.csv]\ninclude-commit-ts = true\n")
+    command = ["consumer", "storage", "--upstream-uri", uri, "--config", str(config_file),
+               "--downstream-uri", mariadb.uri + "?safe-mode=true&batch-dml-enable=false", "--once"]
+    assert main(command) == 0
+
+    down = mariadb.connect(database)
+    with down.cursor() as cursor:
+        cursor.execute("SELECT id, code, CAST(amount AS CHAR), CAST(at AS CHAR), HEX(raw), note FROM plain ORDER BY id")
+        assert cursor.fetchall() == (
+            (2, "ab", "-1.250", "2024-03-01 12:00:00.125", "0102", "x"),
+            (18446744073709551615, "ab", "-1.250", "2024-03-01 12:00:00.125", "0102", "x"))
+        cursor.execute("SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_KEY FROM information_schema.COLUMNS "
+                       "WHERE TABLE_SCHEMA=%s AND TABLE_NAME='plain' ORDER BY ORDINAL_POSITION", (database,))
+        assert cursor.fetchall() == (
+            ("id", "bigint(20) unsigned", "NO", "PRI"), ("code", "char(4)", "NO", ""),
+            ("amount", "decimal(12,3)", "YES", ""), ("at", "datetime(3)", "YES", ""),
+            ("raw", "varbinary(8)", "YES", ""), ("note", "text", "YES", ""))
+        cursor.execute("SELECT id, tier FROM tiers")
+        assert cursor.fetchall() == ((1, "gold"),)
+        cursor.execute("SELECT checkpoint_ts FROM sparkcdc_consumer.storage_checkpoint WHERE upstream = %s",
+                       (f"s3://{bucket}/cdc",))
+        assert cursor.fetchall() == ((ts(2),),)
+        # Rows deleted by hand stay deleted: a restarted consumer resumes at its checkpoint.
+        cursor.execute("DELETE FROM plain WHERE id = 2")
+
+    sink.write_rows(plain, [RowChange(ts(3), database, "plain", "insert", after=("3",) + row[1:])])
+    sink.write_checkpoint(ts(3))
+    assert main(command) == 0
+    with down.cursor() as cursor:
+        cursor.execute("SELECT id FROM plain ORDER BY id")
+        assert cursor.fetchall() == ((3,), (18446744073709551615,))
+    down.close()
+
+
+def test_file_checkpoint_store_round_trip(tmp_path):
+    from sparkcdc.consumer.storage_consumer import FileCheckpointStore
+    from sparkcdc.errors import ErrStorageIO
+
+    path = str(tmp_path / "state" / "checkpoint.json")
+    store = FileCheckpointStore(path, "s3://b/cdc")
+    assert store.load() == 0
+    store.save(42)
+    assert FileCheckpointStore(path, "s3://b/cdc").load() == 42
+    with pytest.raises(ErrStorageIO, match="belongs to s3://b/cdc"):
+        FileCheckpointStore(path, "gcs://other").load()

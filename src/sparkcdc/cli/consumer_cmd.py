@@ -27,7 +27,11 @@ def register(subparsers) -> None:
     storage.add_argument("--downstream-uri", required=True, help="mysql:// or tidb:// sink URI")
     storage.add_argument("--config", help="changefeed TOML the files were written with (csv options, ...)")
     storage.add_argument("--flush-interval", default="10s", help="how often to poll metadata (default %(default)s)")
-    storage.add_argument("--start-ts", type=int, default=0, help="consumer checkpoint to start from")
+    storage.add_argument("--start-ts", type=int, default=0,
+                         help="consumer checkpoint to start from, if the saved one is older")
+    storage.add_argument("--checkpoint-file",
+                         help="keep the consumer checkpoint in this local file instead of the "
+                              "downstream table sparkcdc_consumer.storage_checkpoint")
     storage.add_argument("--once", action="store_true", help="apply up to the current checkpoint, then exit")
     storage.set_defaults(func=run_storage_consumer)
     kafka = kinds.add_parser("kafka", help="replay a Kafka sink's topic (canal-json, open-protocol) into mysql://")
@@ -89,9 +93,18 @@ def _protocol(upstream_uri: str, default: str) -> str:
 def run_storage_consumer(args: argparse.Namespace) -> int:
     from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, parse_replica_config
     from sparkcdc.config.sink_uri import mask_sink_uri
-    from sparkcdc.consumer.storage_consumer import StorageConsumer, run_consumer
+    from sparkcdc.consumer.storage_consumer import (
+        FileCheckpointStore,
+        MySQLCheckpointStore,
+        StorageConsumer,
+        run_consumer,
+        upstream_identity,
+    )
     from sparkcdc.consumer.storage_reader import checkpoint_ts
+    from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
+    from sparkcdc.sink.mysql.connection import connect
     from sparkcdc.sink.mysql.sink import MySQLSink
+    from sparkcdc.upstream.schema_reader import read_table_info
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = ReplicaConfig()
@@ -111,10 +124,22 @@ def run_storage_consumer(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    mysql_config = parse_mysql_sink_uri(args.downstream_uri, config)
+    upstream = upstream_identity(args.upstream_uri)
+    # The checkpoint survives restarts, so a restarted consumer does not replay from the start.
+    store = (FileCheckpointStore(args.checkpoint_file, upstream) if args.checkpoint_file
+             else MySQLCheckpointStore(lambda: connect(mysql_config, "+00:00"), upstream))
+    lookup = connect(mysql_config, None)
     try:
-        consumer = StorageConsumer(args.upstream_uri, downstream, protocol, config.sink, args.start_ts)
+        consumer = StorageConsumer(
+            args.upstream_uri, downstream, protocol, config.sink, args.start_ts,
+            checkpoint_store=store,
+            downstream_table=lambda schema, table: read_table_info(lookup, schema, table, 0, 0))
         reached = run_consumer(consumer, interval, once=args.once, stop=stop)
     finally:
         downstream.close()
+        lookup.close()
+        if isinstance(store, MySQLCheckpointStore):
+            store.close()
     print(f"storage consumer checkpoint {reached}", file=sys.stderr)
     return 0

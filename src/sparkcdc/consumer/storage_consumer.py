@@ -8,16 +8,22 @@ Each round:
 3. Per table, per table version in order: the schema file's DDL if its version lies in
    (consumer checkpoint, storage checkpoint], then the version's `CDC*` files in index order,
    keeping only rows in that range and skipping transactions already applied (replays).
-4. Flush the downstream, then the consumer checkpoint becomes the storage checkpoint.
+4. Flush the downstream, then the consumer checkpoint becomes the storage checkpoint and is
+   saved (`CheckpointStore`: a table in the downstream, or a local file), so a restarted
+   consumer resumes there. A crash between the flush and the save replays one round, which the
+   downstream writes idempotently (DDL replays count as done).
 
-The consumer checkpoint lives in memory; after a restart everything up to the storage
-checkpoint is replayed, so the downstream writes those transactions idempotently.
+Tables that existed before the changefeed have a first schema file without a DDL query; the
+consumer creates them from the file's columns (`create_table_query`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import posixpath
+import tempfile
 import threading
 import time
 from typing import Callable, Mapping, Optional, Protocol, Sequence
@@ -32,7 +38,9 @@ from sparkcdc.consumer.storage_reader import (
     table_definitions,
     table_files,
 )
+from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
+from sparkcdc.sink.storage.location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import ACTION_TYPES, TableDefinition
 
 log = logging.getLogger(__name__)
@@ -75,6 +83,197 @@ def table_info_from_definition(definition: TableDefinition, known: Optional[Tabl
     return TableInfo(definition.schema, definition.table, 0, tuple(columns), definition.table_version, handle)
 
 
+# -- tables without a DDL query -----------------------------------------------------------
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _quote_string(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+# Types whose width in a schema file is a display width or a storage maximum, not part of
+# the type a CREATE TABLE needs (INT(11), TEXT(65535), FLOAT(12) would change the meaning).
+_WIDTH_FREE_TYPES = frozenset({
+    "TINYINT", "SMALLINT", "MEDIUMINT", "INT", "INTEGER", "BIGINT", "YEAR", "FLOAT", "DOUBLE",
+    "TINYTEXT", "TEXT", "MEDIUMTEXT", "LONGTEXT", "TINYBLOB", "BLOB", "MEDIUMBLOB", "LONGBLOB",
+    "DATE", "JSON", "GEOMETRY",
+})
+_FRACTIONAL_TYPES = frozenset({"TIME", "DATETIME", "TIMESTAMP"})
+
+
+def _column_sql(raw: dict, elements: tuple[str, ...], where: str) -> str:
+    parts = raw["ColumnType"].split(" ")
+    base, modifiers = parts[0].upper(), [p.upper() for p in parts[1:]]
+    precision, scale = raw.get("ColumnPrecision"), raw.get("ColumnScale")
+    if base in ("ENUM", "SET"):
+        if not elements:
+            raise ErrStorageIO(
+                f"{where} has no DDL query and its {base} column {raw['ColumnName']} lists no members, "
+                "so the consumer cannot create the table; create it downstream with the upstream's "
+                "definition (SHOW CREATE TABLE), then restart the consumer")
+        sql_type = f"{base}({', '.join(_quote_string(e) for e in elements)})"
+    elif base == "DECIMAL":
+        sql_type = f"DECIMAL({precision or 10},{scale or 0})"
+    elif base in _FRACTIONAL_TYPES:
+        sql_type = f"{base}({scale})" if scale else base
+    elif base in _WIDTH_FREE_TYPES or not precision:
+        sql_type = base
+    else:  # CHAR, VARCHAR, BINARY, VARBINARY, BIT: the length is part of the type
+        sql_type = f"{base}({precision})"
+    if modifiers:
+        sql_type += " " + " ".join(modifiers)
+    nullable = raw.get("ColumnNullable") != "false" and raw.get("ColumnIsPk") != "true"
+    if base == "TIMESTAMP":
+        # Without NULL/DEFAULT MariaDB gives the first TIMESTAMP column ON UPDATE CURRENT_TIMESTAMP.
+        return f"{quote_identifier(raw['ColumnName'])} {sql_type} {'NULL' if nullable else 'NOT NULL DEFAULT 0'}"
+    return f"{quote_identifier(raw['ColumnName'])} {sql_type}{'' if nullable else ' NOT NULL'}"
+
+
+def create_table_query(definition: TableDefinition, known: Optional[TableInfo] = None) -> str:
+    """`CREATE TABLE IF NOT EXISTS` from a schema file's columns, for a table that existed
+    before the changefeed (its first schema file carries no DDL query).
+
+    Schema files hold no indexes, defaults, charsets or enum members: the primary key comes from
+    ColumnIsPk, enum/set members from `known`; strings get the downstream's default charset.
+    """
+    where = f"{definition.schema}.{definition.table} (schema file version {definition.table_version})"
+    elements = {c.name: c.elements for c in known.columns} if known is not None else {}
+    lines = [_column_sql(raw, elements.get(raw["ColumnName"], ()), where) for raw in definition.columns]
+    primary = [raw["ColumnName"] for raw in definition.columns if raw.get("ColumnIsPk") == "true"]
+    if primary:
+        lines.append(f"PRIMARY KEY ({', '.join(quote_identifier(n) for n in primary)})")
+    return (f"CREATE TABLE IF NOT EXISTS {quote_identifier(definition.table)} (\n  "
+            + ",\n  ".join(lines) + "\n)")
+
+
+def _needs_members(definition: TableDefinition) -> bool:
+    return not definition.query and any(
+        c["ColumnType"].split(" ")[0].upper() in ("ENUM", "SET") for c in definition.columns)
+
+
+# -- the consumer checkpoint ---------------------------------------------------------------
+class CheckpointStore(Protocol):
+    """Where the consumer keeps its checkpoint across restarts."""
+
+    def load(self) -> int: ...
+    def save(self, ts: int) -> None: ...
+
+
+def upstream_identity(upstream_uri: str) -> str:
+    """`scheme://bucket/prefix` of a storage URI: one checkpoint per storage root, no secrets."""
+    location = parse_storage_location(upstream_uri)
+    root = location.root if location.scheme != "file" else os.path.abspath(location.root)
+    return f"{location.scheme}://{root}"
+
+
+class MemoryCheckpointStore:
+    """Keeps nothing across restarts (tests, `--once` without a store)."""
+
+    def __init__(self, ts: int = 0):
+        self.ts = ts
+
+    def load(self) -> int:
+        return self.ts
+
+    def save(self, ts: int) -> None:
+        self.ts = ts
+
+
+class FileCheckpointStore:
+    """`{"checkpoint-ts": N, "upstream": ...}` in a local file, replaced atomically."""
+
+    def __init__(self, path: str, upstream: str):
+        self.path = os.path.abspath(path)
+        self.upstream = upstream
+
+    def load(self) -> int:
+        try:
+            with open(self.path, encoding="utf-8") as handle:
+                saved = json.load(handle)
+        except FileNotFoundError:
+            return 0
+        except ValueError as exc:
+            raise ErrStorageIO(f"consumer checkpoint file {self.path} is not JSON ({exc}); "
+                               "fix or delete it (deleting replays from the start)") from exc
+        if saved.get("upstream") not in (None, self.upstream):
+            raise ErrStorageIO(
+                f"consumer checkpoint file {self.path} belongs to {saved['upstream']}, not "
+                f"{self.upstream}; pass another --checkpoint-file")
+        return int(saved.get("checkpoint-ts", 0))
+
+    def save(self, ts: int) -> None:
+        directory = os.path.dirname(self.path)
+        os.makedirs(directory, exist_ok=True)
+        handle, temp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                json.dump({"checkpoint-ts": ts, "upstream": self.upstream}, out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, self.path)
+        except BaseException:
+            if os.path.exists(temp):
+                os.unlink(temp)
+            raise
+
+
+CHECKPOINT_DATABASE = "sparkcdc_consumer"
+CHECKPOINT_TABLE = "storage_checkpoint"
+
+
+class MySQLCheckpointStore:
+    """One row per storage root in `sparkcdc_consumer.storage_checkpoint` downstream, so the
+    checkpoint lives next to the data it describes (written after that data is committed)."""
+
+    def __init__(self, connect: Callable[[], object], upstream: str):
+        self._connect = connect
+        self._connection = None
+        self.upstream = upstream
+
+    def _cursor(self):
+        if self._connection is None:
+            self._connection = self._connect()
+            with self._connection.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE IF NOT EXISTS {CHECKPOINT_DATABASE}")
+                cursor.execute(
+                    f"CREATE TABLE IF NOT EXISTS {CHECKPOINT_DATABASE}.{CHECKPOINT_TABLE} ("
+                    "upstream VARCHAR(700) NOT NULL PRIMARY KEY, checkpoint_ts BIGINT UNSIGNED NOT NULL, "
+                    "updated_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3))")
+        return self._connection.cursor()
+
+    def _run(self, action):
+        try:
+            with self._cursor() as cursor:
+                return action(cursor)
+        except Exception:
+            self.close()  # reconnect on the next call
+            raise
+
+    def load(self) -> int:
+        def read(cursor) -> int:
+            cursor.execute(f"SELECT checkpoint_ts FROM {CHECKPOINT_DATABASE}.{CHECKPOINT_TABLE} "
+                           "WHERE upstream = %s", (self.upstream,))
+            row = cursor.fetchone()
+            return int(row[0]) if row else 0
+        return self._run(read)
+
+    def save(self, ts: int) -> None:
+        # GREATEST: a consumer started with an older --start-ts never moves it backwards.
+        self._run(lambda cursor: cursor.execute(
+            f"INSERT INTO {CHECKPOINT_DATABASE}.{CHECKPOINT_TABLE} (upstream, checkpoint_ts) VALUES (%s, %s) "
+            "ON DUPLICATE KEY UPDATE checkpoint_ts = GREATEST(checkpoint_ts, VALUES(checkpoint_ts))",
+            (self.upstream, ts)))
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except Exception:
+                pass
+            self._connection = None
+
+
 def _ddl_event(definition: TableDefinition) -> DDLEvent:
     return DDLEvent(definition.table_version, definition.schema, definition.table, definition.query,
                     _ACTION_NAMES.get(definition.type, "unknown"))
@@ -85,15 +284,23 @@ class StorageConsumer:
 
     def __init__(self, upstream_uri: str, downstream: Downstream, protocol: str,
                  sink: Optional[SinkConfig] = None, start_ts: int = 0,
-                 table_infos: Optional[Mapping[tuple[str, str], TableInfo]] = None):
+                 table_infos: Optional[Mapping[tuple[str, str], TableInfo]] = None,
+                 checkpoint_store: Optional[CheckpointStore] = None,
+                 downstream_table: Optional[Callable[[str, str], Optional[TableInfo]]] = None):
+        """`checkpoint_store` keeps the consumer checkpoint across restarts (the saved one wins
+        over an older `start_ts`); `downstream_table` reads a table as it exists downstream,
+        for enum/set members that query-less schema files do not carry."""
         decoder_for(protocol)  # an unknown protocol fails here, not in the first round
         self._fs, self._root = open_storage(upstream_uri)
         self._downstream = downstream
         self._protocol = protocol
         self._sink = sink or SinkConfig(protocol=protocol)
         self._table_infos = dict(table_infos or {})
-        self.checkpoint_ts = start_ts
+        self._store = checkpoint_store or MemoryCheckpointStore()
+        self._downstream_table = downstream_table
+        self.checkpoint_ts = max(start_ts, self._store.load())
         self._applied: dict[tuple[str, str], int] = {}  # newest commit-ts applied per table
+        self._created_databases: set[str] = set()
 
     def storage_checkpoint(self) -> int:
         return _checkpoint_ts(self._fs, self._root)
@@ -113,9 +320,22 @@ class StorageConsumer:
                 if table != "meta":
                     self._sync_table(schema, table, lower, upper)
         self._downstream.flush()
+        self._store.save(upper)
         self.checkpoint_ts = upper
         log.info("storage consumer applied changes up to checkpoint %d", upper)
         return upper
+
+    def _create_from_columns(self, definition: TableDefinition, known: Optional[TableInfo]) -> None:
+        """Create a table the changefeed found already there (no DDL query to replay); a table
+        that exists downstream is left as it is."""
+        if definition.schema not in self._created_databases:
+            self._downstream.write_ddl(DDLEvent(
+                definition.table_version, definition.schema, "",
+                f"CREATE DATABASE IF NOT EXISTS {quote_identifier(definition.schema)}", "create database"))
+            self._created_databases.add(definition.schema)
+        self._downstream.write_ddl(DDLEvent(
+            definition.table_version, definition.schema, definition.table,
+            create_table_query(definition, known), "create table"))
 
     def run(self, interval_seconds: float, stop: threading.Event,
             on_round: Callable[[int], None] = lambda ts: None) -> None:
@@ -141,8 +361,11 @@ class StorageConsumer:
 
     def _sync_table(self, schema: str, table: str, lower: int, upper: int) -> None:
         table_dir = posixpath.join(self._root, schema, table)
-        known = self._table_infos.get((schema, table))
         definitions = table_definitions(self._fs, table_dir)
+        known = self._table_infos.get((schema, table))
+        if known is None and self._downstream_table is not None and any(
+                _needs_members(d) for d in definitions.values()):
+            known = self._downstream_table(schema, table)
         files_by_version: dict[int, list] = {}
         for data_file in table_files(self._fs, table_dir, self._protocol, known):
             files_by_version.setdefault(data_file.version, []).append(data_file)
@@ -152,8 +375,11 @@ class StorageConsumer:
             if version > upper:
                 break
             definition = definitions.get(version)
-            if definition is not None and lower < version and definition.query:
-                self._downstream.write_ddl(_ddl_event(definition))
+            if definition is not None and lower < version:
+                if definition.query:
+                    self._downstream.write_ddl(_ddl_event(definition))
+                elif definition.columns:
+                    self._create_from_columns(definition, known)
             for data_file in files_by_version.get(version, ()):
                 info = table_info_from_definition(data_file.definition, known)
                 with self._fs.open(data_file.path, "rb") as handle:
