@@ -52,6 +52,7 @@ class Capture:
         self._puller_lock = threading.Lock()
         self._runner = None
         self._spark = None
+        self._closed = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> None:
@@ -73,6 +74,7 @@ class Capture:
             self.options.addr,
             self.options.trigger_interval,
         )
+        threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
         for info in self.store.list_changefeeds():
             if info.state in ("normal", "warning"):
                 try:
@@ -82,12 +84,30 @@ class Capture:
                     log.error("could not restart changefeed %s: %s", info.id, exc)
 
     def close(self) -> None:
+        self._closed.set()
         if self._runner is not None:
             self._runner.stop_all()
         if self._puller is not None:
             self._puller.stop()
         if self._spark is not None:
             self._spark.stop()
+
+    def gc_schema_versions(self, interval: float = 60.0, once: bool = False) -> None:
+        """Drop schema versions below the minimum checkpoint of all changefeeds (TiCDC's schema
+        storage DoGC), every `interval` s until close. Failed and stopped changefeeds count: they
+        may resume from their checkpoint. Without changefeeds nothing goes: a new one may start early."""
+        while True:
+            try:
+                checkpoints = [self.store.get_status(info.namespace, info.id).checkpoint_ts
+                               for info in self.store.list_changefeeds()]
+                if checkpoints:
+                    removed = TxnIndex(self.index_path).gc_schema_versions(min(checkpoints))
+                    if removed:
+                        log.info("schema GC below ts %d removed %d versions", min(checkpoints), removed)
+            except Exception as exc:  # GC is an optimisation: never let it take the capture down
+                log.warning("schema GC failed: %s", exc)
+            if once or self._closed.wait(interval):
+                return
 
     def _ensure_puller(self) -> Puller:
         with self._puller_lock:

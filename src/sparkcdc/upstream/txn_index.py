@@ -208,8 +208,23 @@ class TxnIndex:
                 return BinlogPosition(row[0], row[1])
             return BinlogPosition.parse(self._meta(conn, "start_position"))
 
+    def schema_gc_ts(self) -> int:
+        """Schema versions before this ts were garbage-collected; nothing may start before it."""
+        with self._connect() as conn:
+            return int(self._meta(conn, "schema_gc_ts") or 0)
+
     def resolve_start(self, text: str) -> int:
         """A TSO, GTID (set) or FILE:POS -> the commit-ts after which replication starts exactly there."""
+        ts = self._resolve_start(text)
+        gc_ts = self.schema_gc_ts()
+        if ts < gc_ts:
+            raise ErrStartTsInvalid(
+                f"start {text!r} (ts {ts}) is before {gc_ts} ({tso.format_time(gc_ts)}), below which schema "
+                f"versions were garbage-collected at the minimum changefeed checkpoint; choose a start >= {gc_ts}"
+            )
+        return ts
+
+    def _resolve_start(self, text: str) -> int:
         text = (text or "").strip()
         first, resolved = self.first_ts(), self.resolved_ts()
         if first == 0 and resolved == 0:
@@ -412,5 +427,10 @@ class TxnIndex:
             )
             conn.execute("DELETE FROM database_versions WHERE charset IS NULL AND version <= ?", (safe_ts,))
             removed = conn.total_changes - before
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_gc_ts', ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = excluded.value WHERE CAST(value AS INTEGER) < CAST(excluded.value AS INTEGER)",
+                (str(safe_ts),),
+            )
             conn.execute("COMMIT")
         return removed
