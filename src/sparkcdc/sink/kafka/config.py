@@ -20,9 +20,9 @@ from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid, ErrSinkUnknow
 log = logging.getLogger(__name__)
 
 KAFKA_SCHEMES = ("kafka", "kafka+ssl")
-MQ_PROTOCOLS = ("canal-json", "open-protocol")
+MQ_PROTOCOLS = ("canal-json", "open-protocol", "debezium")
 # TiCDC's other Kafka protocols: recognised, refused with a clear error until they are built.
-MQ_PROTOCOLS_NOT_YET = ("avro", "debezium", "simple")
+MQ_PROTOCOLS_NOT_YET = ("avro", "simple")
 DEFAULT_PARTITION_NUM = 3  # when the sink creates the topic
 DEFAULT_MAX_MESSAGE_BYTES = 10485760
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -263,6 +263,8 @@ def parse_kafka_sink_uri(uri: str, config: Optional[ReplicaConfig] = None) -> Ka
             raise ErrSinkURIInvalid(f"large-message-handle-option={large} is valid only for open-protocol, simple and canal-json")
         if protocol == "canal-json" and not enable_extension:
             raise ErrSinkURIInvalid("large-message-handle-option with canal-json needs enable-tidb-extension=true")
+    if values.get("debezium-disable-schema"):
+        raise ErrSinkUnsupported("debezium-disable-schema=true is not supported yet; the schema is always sent")
     if config.sink.transaction_atomicity == "table":
         raise ErrSinkURIInvalid("transaction-atomicity=table is not allowed for MQ sinks")
     for rule in config.sink.dispatchers:

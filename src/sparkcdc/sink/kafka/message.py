@@ -65,9 +65,16 @@ def _open_protocol(sink: SinkConfig, clock, registry) -> MessageEncoder:
     return OpenProtocolEncoder(sink)
 
 
+def _debezium(sink: SinkConfig, clock, registry) -> MessageEncoder:
+    from sparkcdc.sink.codec.debezium import DebeziumEncoder
+
+    return DebeziumEncoder(sink, clock) if clock else DebeziumEncoder(sink)
+
+
 _MESSAGE_ENCODERS = {
     "canal-json": _canal_json,
     "open-protocol": _open_protocol,
+    "debezium": _debezium,
 }
 
 
