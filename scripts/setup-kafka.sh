@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+./scripts/setup-registry.sh  # the Confluent-compatible schema registry the Avro protocol needs
+
 TOOLS="${SPARKCDC_TOOLS_DIR:-$PWD/.tools}"
 DEST="$TOOLS/kafka"
 STAMP="$DEST/lib/.pom-$(sha1sum tools/kafka/pom.xml | cut -c1-12)"
