@@ -75,3 +75,11 @@ def test_ddl_on_an_unknown_table_is_reported_not_guessed():
     outcome = SchemaStore(Catalog()).apply("ALTER TABLE nowhere ADD COLUMN c INT", "db", 5, "f:1")
     assert outcome.event.ddl_type == T.UNPARSEABLE and "not in the schema store" in outcome.event.extra["error"]
     assert outcome.tables == {}
+
+
+def test_a_parser_crash_is_an_unparseable_ddl_not_a_puller_crash():
+    # Valid MariaDB the grammar does not cover; the parser used to raise AttributeError here.
+    outcome = SchemaStore(Catalog()).apply("ALTER TABLE t ADD PERIOD FOR p(a, b)", "db", 9, "mysql-bin.000001:42")
+    assert outcome.event.ddl_type == T.UNPARSEABLE and outcome.event.extra["position"] == "mysql-bin.000001:42"
+    with pytest.raises(ErrDDLUnparseable, match="ADD PERIOD"):
+        should_replicate(outcome.event, ALL)

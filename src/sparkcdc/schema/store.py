@@ -64,6 +64,9 @@ class SchemaStore:
             parsed = parse(query, default_schema)
         except DDLParseError as exc:
             return self._failed(query, default_schema, commit_ts, position, f"cannot parse: {exc}")
+        except Exception as exc:  # a gap in the parser must stop the changefeed, not the puller
+            return self._failed(query, default_schema, commit_ts, position,
+                                f"cannot parse: {type(exc).__name__}: {exc}")
         working = self.catalog.copy()
         pre = {key: working.tables.get(key) for key in _touched(parsed)}
         try:
