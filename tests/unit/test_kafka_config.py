@@ -43,7 +43,7 @@ def test_uri_wins_over_kafka_config_and_secrets_are_masked():
     ("kafka://h:9092/t?protocol=canal-json&compression=brotli", ErrSinkURIInvalid),
     ("kafka://h:9092/t?protocol=canal-json&nope=1", ErrSinkURIInvalid),
     ("kafka://h:9092/t?protocol=canal-json&auto-create-topic=maybe", ErrSinkURIInvalid),
-    ("kafka://h:9092/t?protocol=avro", ErrSinkUnsupported),
+    ("kafka://h:9092/t?protocol=avro", ErrSinkURIInvalid),  # no schema-registry
     ("kafka://h:9092/t?protocol=debezium&debezium-disable-schema=true", ErrSinkUnsupported),
     ("kafka://h/t?protocol=canal-json", ErrSinkURIInvalid),
 ])

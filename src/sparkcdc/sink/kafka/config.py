@@ -20,9 +20,9 @@ from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid, ErrSinkUnknow
 log = logging.getLogger(__name__)
 
 KAFKA_SCHEMES = ("kafka", "kafka+ssl")
-MQ_PROTOCOLS = ("canal-json", "open-protocol", "debezium")
+MQ_PROTOCOLS = ("canal-json", "open-protocol", "debezium", "avro")
 # TiCDC's other Kafka protocols: recognised, refused with a clear error until they are built.
-MQ_PROTOCOLS_NOT_YET = ("avro", "simple")
+MQ_PROTOCOLS_NOT_YET = ("simple",)
 DEFAULT_PARTITION_NUM = 3  # when the sink creates the topic
 DEFAULT_MAX_MESSAGE_BYTES = 10485760
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")

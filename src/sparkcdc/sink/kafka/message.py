@@ -71,10 +71,17 @@ def _debezium(sink: SinkConfig, clock, registry) -> MessageEncoder:
     return DebeziumEncoder(sink, clock) if clock else DebeziumEncoder(sink)
 
 
+def _avro(sink: SinkConfig, clock, registry) -> MessageEncoder:
+    from sparkcdc.sink.codec.avro import make_avro_encoder
+
+    return make_avro_encoder(sink, registry)
+
+
 _MESSAGE_ENCODERS = {
     "canal-json": _canal_json,
     "open-protocol": _open_protocol,
     "debezium": _debezium,
+    "avro": _avro,
 }
 
 
