@@ -8,8 +8,11 @@ below their partition's watermark, and exact copies of a row already buffered. E
 is idempotent (the MySQL sink's replay mode), because a restarted consumer reads the topic
 from the beginning.
 
-Protocols: canal-json (with enable-tidb-extension, which carries commit-ts and watermarks)
-and open-protocol. Table definitions (enum/set members, keys) come from the downstream.
+Protocols: canal-json (with enable-tidb-extension, which carries commit-ts and watermarks),
+open-protocol, and avro (with enable-tidb-extension and avro-enable-watermark, schemas from the
+registry). An Avro delete is a tombstone without commit-ts: it takes the commit-ts of the next
+event of its partition, an upper bound that keeps it before that event and after the ones
+before it. Table definitions (enum/set members, keys) come from the downstream.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from sparkcdc.sink.kafka.config import KafkaSinkConfig
 
 log = logging.getLogger(__name__)
 
-CONSUMER_PROTOCOLS = ("canal-json", "open-protocol")
+CONSUMER_PROTOCOLS = ("canal-json", "open-protocol", "avro")
+UNKNOWN_TS = -1  # an Avro tombstone's commit-ts, assigned when the partition's next event arrives
 _DATABASE_DDL = re.compile(r"^\s*(create|drop)\s+(database|schema)\b", re.IGNORECASE)
 Row = dict[str, Value]
 
@@ -64,6 +68,7 @@ class _Partition:
     watermark: int = 0
     rows: list = field(default_factory=list)
     seen: set = field(default_factory=set)
+    tombstones: list = field(default_factory=list)  # deletes waiting for a commit-ts
 
 
 def ddl_type_of(query: str, table: str) -> str:
@@ -149,7 +154,57 @@ def decode_open(key: bytes, value: bytes) -> list:
     return events
 
 
-def decoder_for(protocol: str) -> Callable[[Optional[bytes], Optional[bytes]], list]:
+def _avro_convert(info: TableInfo, name: str, raw) -> Value:
+    from sparkcdc.sink.codec.avro import canonical_value
+
+    return canonical_value(info.column(name), raw)
+
+
+def _avro_pairs(record: dict) -> tuple:
+    return tuple((name, value) for name, value in record.items() if not name.startswith("_tidb_"))
+
+
+def decode_avro(decoder, key: Optional[bytes], value: Optional[bytes]) -> list:
+    """Events of one Avro message; rows need enable-tidb-extension for their commit-ts."""
+    kind, body = decoder.decode(key, value)
+    if kind == "watermark":
+        return [("watermark", body)]
+    if kind == "ddl":
+        return [DDLMessage(int(body["commitTs"]), body.get("schema") or "", body.get("table") or "", body["query"])]
+    key_record, value_record = body
+    if key_record is None and value_record is None:
+        return []
+    if value_record is None:  # a tombstone: the handle key of a deleted row
+        schema, table = _avro_table_of(decoder, key)
+        return [RowEvent(UNKNOWN_TS, schema, table, "delete", _avro_pairs(key_record), None, _avro_convert)]
+    if "_tidb_commit_ts" not in value_record:
+        raise ValueError("avro messages need enable-tidb-extension=true for commit-ts (and avro-enable-watermark)")
+    schema, table = _avro_table_of(decoder, value)
+    after = _avro_pairs(value_record)
+    commit_ts = int(value_record["_tidb_commit_ts"])
+    if value_record.get("_tidb_op") == "u":  # no old value in Avro: the key is unchanged (key updates are split)
+        return [RowEvent(commit_ts, schema, table, "update", after, after, _avro_convert)]
+    return [RowEvent(commit_ts, schema, table, "insert", None, after, _avro_convert)]
+
+
+def _avro_table_of(decoder, data: bytes) -> tuple[str, str]:
+    """(schema, table) from the writer schema: namespace `<changefeed ns>.<schema>`, name the table."""
+    from sparkcdc.sink.codec.avro import parse_envelope
+
+    parsed = decoder.registry.parsed_schema(parse_envelope(data)[0])
+    namespace, _, table = parsed["name"].rpartition(".")
+    namespace = parsed.get("namespace") or namespace
+    return namespace.split(".", 1)[-1], table
+
+
+def decoder_for(protocol: str, schema_registry: str = "") -> Callable[[Optional[bytes], Optional[bytes]], list]:
+    if protocol == "avro":
+        from sparkcdc.sink.codec.avro import AvroDecoder, ConfluentSchemaRegistry
+
+        if not schema_registry:
+            raise ErrSinkUnknownProtocol("the avro consumer needs schema-registry=http://... in the upstream URI")
+        avro = AvroDecoder(ConfluentSchemaRegistry(schema_registry))
+        return lambda key, value: decode_avro(avro, key, value)
     if protocol == "canal-json":
         return lambda key, value: decode_canal_json(value) if value else []
     if protocol == "open-protocol":
@@ -179,6 +234,11 @@ class EventMerger:
     def add(self, topic: str, partition: int, events: Iterable) -> None:
         state = self._partitions.setdefault((topic, partition), _Partition())
         for event in events:
+            if isinstance(event, RowEvent) and event.commit_ts == UNKNOWN_TS:
+                state.tombstones.append(event)
+                continue
+            if state.tombstones:
+                self._settle_tombstones(state, event[1] if isinstance(event, tuple) else event.commit_ts)
             if isinstance(event, tuple):
                 state.watermark = max(state.watermark, event[1])
             elif isinstance(event, DDLMessage):
@@ -191,6 +251,17 @@ class EventMerger:
             else:
                 state.seen.add(event)
                 state.rows.append(event)
+
+    def _settle_tombstones(self, state: _Partition, commit_ts: int) -> None:
+        """Deletes without commit-ts take the next event's: no later than their own, and order kept."""
+        tombstones, state.tombstones = state.tombstones, []
+        if commit_ts <= self.applied_ts:
+            return  # replays of deletes already applied
+        for event in tombstones:
+            row = RowEvent(commit_ts, event.schema, event.table, event.op, event.before, event.after, event.convert)
+            if row not in state.seen:
+                state.seen.add(row)
+                state.rows.append(row)
 
     @property
     def resolved_ts(self) -> int:
@@ -266,7 +337,7 @@ class KafkaConsumer:
         from confluent_kafka import Consumer
 
         self.config = config
-        self._decode = decoder_for(config.protocol)
+        self._decode = decoder_for(config.protocol, config.schema_registry)
         conf = config.admin_conf()
         conf.update({
             "group.id": group_id or f"sparkcdc-consumer-{config.topic}",

@@ -316,13 +316,13 @@ class AvroDecoder:
     """Decodes Avro messages with the schemas the registry holds: rows, DDLs and watermarks."""
 
     def __init__(self, registry: ConfluentSchemaRegistry):
-        self._registry = registry
+        self.registry = registry
 
     def decode_record(self, data: bytes) -> dict:
         import fastavro
 
         schema_id, body = parse_envelope(data)
-        return fastavro.schemaless_reader(io.BytesIO(body), self._registry.parsed_schema(schema_id))
+        return fastavro.schemaless_reader(io.BytesIO(body), self.registry.parsed_schema(schema_id))
 
     def decode(self, key: Optional[bytes], value: Optional[bytes]) -> tuple[str, Any]:
         """("row", (key record, value record or None)) | ("ddl", dict) | ("watermark", ts)."""
