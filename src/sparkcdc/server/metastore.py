@@ -44,6 +44,9 @@ class ChangefeedStatus:
     checkpoint_ts: int
     resolved_ts: int
     min_table_barrier_ts: int = 0
+    # The binlog position after every transaction <= checkpoint_ts ("" when unknown). commit-ts
+    # values are local to a capture's transaction index; the position means the same on all.
+    checkpoint_position: str = ""
 
 
 @dataclass
