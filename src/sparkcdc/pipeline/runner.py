@@ -4,8 +4,13 @@ A changefeed's query reads the binlog source from the changefeed's checkpoint-ts
 every micro-batch through `write_batch` in `foreachBatch`. The metadata store's checkpoint is
 the single source of truth for where a changefeed resumes: each (re)start plans from it with a
 fresh Spark checkpoint, so pause/resume, `--overwrite-checkpoint-ts` and a crash all resume the
-same way. When a query fails, the changefeed is marked failed with the error, and other
-changefeeds keep running.
+same way.
+
+When a query fails, other changefeeds keep running. A retryable failure (downstream or upstream
+unreachable, connection lost, lock wait or deadlock) puts the changefeed in `warning` with the
+error shown and restarts it from its checkpoint with backoff, as TiCDC does; the first batch that
+completes after a restart returns it to `normal`. Any other failure, or retrying for longer than
+`changefeed-error-stuck-duration`, marks it `failed`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from sparkcdc.config.replica import ReplicaConfig, replica_config_from_dict
+from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_config_from_dict
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
@@ -30,6 +35,16 @@ from sparkcdc.sink.factory import make_sink, splits_key_updates
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
+
+# TEST-ONLY: a Go duration that replaces every changefeed's changefeed-error-stuck-duration (whose
+# minimum is 30m), so tests can watch a changefeed give up. Read once by the server's runner;
+# never set it in production.
+TEST_ONLY_STUCK_DURATION_ENV = "SPARKCDC_TEST_ONLY_ERROR_STUCK_DURATION"
+# Restart backoff after a retryable failure: TiCDC's changefeed backoff starts at 10s and doubles.
+RESTART_BACKOFF_INITIAL = 10.0
+RESTART_BACKOFF_MAX = 600.0
+# How long a MySQL sink retries a write in place before the failure restarts the changefeed.
+SINK_RETRY_SECONDS = 10.0
 
 
 def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
@@ -52,6 +67,12 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(BinlogDataSource)
     return spark
+
+
+@dataclass
+class _Retrying:
+    since: _dt.datetime  # the first failure of this warning episode
+    attempts: int = 0
 
 
 @dataclass
@@ -84,6 +105,11 @@ class ChangefeedRunner:
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}
         self._next_server_id = 100000
+        self._retrying: dict[tuple[str, str], _Retrying] = {}  # warning episodes not yet recovered
+        self._backing_off: dict[tuple[str, str], threading.Event] = {}  # set by stop(): no restart
+        self._shutdown = threading.Event()
+        override = os.environ.get(TEST_ONLY_STUCK_DURATION_ENV)
+        self._stuck_override = parse_go_duration(override) if override else None
 
     def running(self) -> list[tuple[str, str]]:
         with self._lock:
@@ -97,7 +123,8 @@ class ChangefeedRunner:
             config = replica_config_from_dict(info.config)
             # Anything up to the upstream's current position may already be downstream from a
             # previous run: the sink writes those rows idempotently (TiCDC's replicating ts).
-            sink = make_sink(info.sink_uri, config, replicating_ts=TxnIndex(self._index_path).resolved_ts())
+            sink = make_sink(info.sink_uri, config, replicating_ts=TxnIndex(self._index_path).resolved_ts(),
+                             retry_seconds=SINK_RETRY_SECONDS)
             status = self._store.get_status(info.namespace, info.id)
             # Each run's readers get their own server_id range.
             server_id_base = self._next_server_id
@@ -128,6 +155,8 @@ class ChangefeedRunner:
                 .start()
             )
             self._running[key] = _Running(query, sink, stopping)
+            if info.state == "warning" and key not in self._retrying:  # a warning from before a restart
+                self._retrying[key] = _Retrying(_error_time(info.error) or self._clock())
         threading.Thread(
             target=self._watch, args=(key, query, stopping), name=f"watch-{info.id}", daemon=True
         ).start()
@@ -143,6 +172,7 @@ class ChangefeedRunner:
 
         def on_checkpoint(ts: int) -> None:
             self._store.advance_checkpoint(namespace, changefeed_id, ts, index.resolved_ts())
+            self._recovered((namespace, changefeed_id))
             if target_ts and ts >= target_ts:
                 self._finish(namespace, changefeed_id)
 
@@ -170,28 +200,102 @@ class ChangefeedRunner:
             if stopping.is_set():
                 return
             message = _short_error(exc)
-            log.error("changefeed %s/%s failed: %s", key[0], key[1], message)
-            try:
-                info = self._store.get_changefeed(*key)
-                info.state = "failed"
-                info.error = {
-                    "addr": self._address,
-                    "code": _error_code(message),
-                    "message": message,
-                    "time": self._clock().isoformat(),
-                }
-                self._store.update_changefeed(info)
-            except Exception:
-                log.exception("could not record the failure of %s/%s", *key)
         finally:
             with self._lock:
                 running = self._running.get(key)
                 if running is not None and running.query is query:
                     del self._running[key]
+        if running is not None and running.query is query:
+            _close_quietly(running.sink)
+        self._handle_failure(key, message)
+
+    def _handle_failure(self, key: tuple[str, str], message: str) -> None:
+        """Retry with backoff while the error is retryable and not stuck for too long; else fail."""
+        cancelled = threading.Event()
+        with self._lock:
+            self._backing_off[key] = cancelled
+        try:
+            while message is not None:
+                delay = self._record_failure(key, message)
+                if delay is None or cancelled.wait(delay) or self._shutdown.is_set():
+                    return
+                message = self._restart(key)
+        except Exception:
+            log.exception("could not handle the failure of %s/%s", *key)
+        finally:
+            with self._lock:
+                if self._backing_off.get(key) is cancelled:
+                    del self._backing_off[key]
+
+    def _record_failure(self, key: tuple[str, str], message: str) -> float | None:
+        """Mark the changefeed warning (returning the backoff) or failed (returning None)."""
+        info = self._store.get_changefeed(*key)
+        if info.state not in ("normal", "warning"):
+            return None  # paused, finished or failed meanwhile
+        now = self._clock()
+        with self._lock:
+            retrying = self._retrying.setdefault(key, _Retrying(now))
+            retrying.attempts += 1
+            attempts, since = retrying.attempts, retrying.since
+        stuck_for = (now - since).total_seconds()
+        limit = self._stuck_duration(info)
+        retryable = is_retryable_failure(message)
+        info.error = {"addr": self._address, "code": _error_code(message), "message": message,
+                      "time": now.isoformat()}
+        if not retryable or stuck_for >= limit:
+            with self._lock:
+                self._retrying.pop(key, None)
+            info.state = "failed"
+            if retryable:
+                info.error["message"] = (f"{message} (retried for {stuck_for:.0f}s, longer than "
+                                         f"changefeed-error-stuck-duration {limit:.0f}s)")
+            log.error("changefeed %s/%s failed: %s", key[0], key[1], info.error["message"])
+            self._store.update_changefeed(info)
+            return None
+        info.state = "warning"
+        # The error's time is the episode's start, so a restarted server still knows how long
+        # this changefeed has been stuck.
+        info.error["time"] = since.isoformat()
+        self._store.update_changefeed(info)
+        delay = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_INITIAL * 2 ** (attempts - 1))
+        log.warning("changefeed %s/%s hit a retryable error (attempt %d); restarting from its checkpoint "
+                    "in %.0fs: %s", key[0], key[1], attempts, delay, message)
+        return delay
+
+    def _restart(self, key: tuple[str, str]) -> str | None:
+        """Start the changefeed again from its checkpoint; the failure message if that fails."""
+        try:
+            info = self._store.get_changefeed(*key)
+            if info.state not in ("normal", "warning"):
+                return None
+            self.start(info)
+            return None
+        except Exception as exc:
+            return _short_error(exc)
+
+    def _recovered(self, key: tuple[str, str]) -> None:
+        """A batch went through after a restart: the changefeed is back to normal."""
+        with self._lock:
+            if self._retrying.pop(key, None) is None:
+                return
+        info = self._store.get_changefeed(*key)
+        if info.state == "warning":
+            info.state, info.error = "normal", None
+            self._store.update_changefeed(info)
+            log.info("changefeed %s/%s recovered and is normal again", *key)
+
+    def _stuck_duration(self, info: ChangefeedInfo) -> float:
+        if self._stuck_override is not None:
+            return self._stuck_override
+        return parse_go_duration(replica_config_from_dict(info.config).changefeed_error_stuck_duration)
 
     def stop(self, namespace: str, changefeed_id: str) -> None:
         with self._lock:
             running = self._running.pop((namespace, changefeed_id), None)
+            backing_off = self._backing_off.pop((namespace, changefeed_id), None)
+            self._retrying.pop((namespace, changefeed_id), None)
+        if backing_off is not None:
+            backing_off.set()
         if running is None:
             return
         running.stopping.set()
@@ -201,6 +305,11 @@ class ChangefeedRunner:
             running.sink.close()
 
     def stop_all(self) -> None:
+        self._shutdown.set()
+        with self._lock:
+            waiting = list(self._backing_off.values())
+        for event in waiting:
+            event.set()
         for namespace, changefeed_id in self.running():
             self.stop(namespace, changefeed_id)
 
@@ -225,6 +334,40 @@ def _short_error(exc: BaseException) -> str:
             return line[line.index("[SPARKCDC:"):].strip()
     lines = [l for l in text.splitlines() if l.strip()]
     return (lines[0] if lines else repr(exc))[:2000]
+
+
+# MySQL errors that retrying cannot fix: access denied, unknown database, auth plugin, bad TLS.
+_CONFIGURATION_MYSQL_ERRORS = ("(1044,", "(1045,", "(1049,", "(1251,", "(2026,")
+_RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable"})
+# Error text of transient failures that reach us without a retryable code (raw driver errors).
+_RETRYABLE_TEXT = ("Lost connection", "Can't connect", "Connection refused", "server has gone away",
+                   "Lock wait timeout", "Deadlock found", "(2003,", "(2006,", "(2013,", "(1205,", "(1213,")
+
+
+def is_retryable_failure(message: str) -> bool:
+    """Whether a changefeed failure may pass by itself (TiCDC retries these until stuck)."""
+    if any(marker in message for marker in _CONFIGURATION_MYSQL_ERRORS):
+        return False
+    code = _error_code(message)
+    if code in _RETRYABLE_CODES:
+        return True
+    if code in ("SPARKCDC:ErrMySQLTxnError", "SPARKCDC:ErrProcessorUnknown"):
+        return any(marker in message for marker in _RETRYABLE_TEXT)
+    return False
+
+
+def _error_time(error: dict | None) -> _dt.datetime | None:
+    try:
+        return _dt.datetime.fromisoformat(error["time"]) if error else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _close_quietly(sink) -> None:
+    try:
+        sink.close()
+    except Exception:
+        log.exception("closing the sink of a failed changefeed")
 
 
 def _error_code(message: str) -> str:

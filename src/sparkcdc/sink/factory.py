@@ -31,11 +31,14 @@ def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
     )
 
 
-def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0):
+def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0,
+              retry_seconds: float | None = None):
     """The sink for a changefeed: write_rows, write_ddl, flush, write_checkpoint, close.
 
     `replicating_ts` (MySQL sink): rows committed at or before it may already be downstream
     and are written idempotently; pass a ts at or above anything a previous run may have written.
+    `retry_seconds` (MySQL sink): how long a write is retried in place before it fails, for
+    callers that restart the sink themselves (the changefeed runner).
     """
     validate_sink(sink_uri, config)
     kind = classify_sink_uri(sink_uri)
@@ -46,7 +49,12 @@ def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0):
     if kind == "mysql":
         from sparkcdc.sink.mysql.sink import MySQLSink
 
-        return MySQLSink(sink_uri, config, replicating_ts=replicating_ts)
+        from sparkcdc.sink.mysql.connection import RetryPolicy
+
+        if retry_seconds is None:
+            return MySQLSink(sink_uri, config, replicating_ts=replicating_ts)
+        return MySQLSink(sink_uri, config, replicating_ts=replicating_ts,
+                         retry=RetryPolicy(max_elapsed=retry_seconds))
     if kind == "kafka":
         from sparkcdc.sink.kafka.sink import KafkaSink
 

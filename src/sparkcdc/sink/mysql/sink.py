@@ -267,7 +267,13 @@ class MySQLSink:
                 self._sleep(delay)
 
     def _detect_tidb(self) -> bool:
-        return self._with_retry("detecting the downstream type", is_tidb, self.retry)
+        """The first contact with the downstream: any failure is a coded connection error."""
+        try:
+            return self._with_retry("connecting to the downstream", is_tidb, self.retry)
+        except pymysql.err.MySQLError as exc:  # not retryable: access denied, unknown database, ...
+            raise ErrMySQLConnectionError(
+                f"cannot connect to the downstream {self.config.uri}: {exc}; check its address, user, "
+                "password and privileges") from exc
 
     # -- rows ------------------------------------------------------------------------------
 
