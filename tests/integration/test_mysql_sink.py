@@ -8,6 +8,7 @@ import pytest
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import compose
+from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.sink.factory import make_sink
 from sparkcdc.sink.mysql.connection import RetryPolicy
 from sparkcdc.sink.mysql.sink import MySQLSink
@@ -159,15 +160,16 @@ def test_pk_swap_example_of_document_003(downstream, query, replicating):
                                          seq=1)])
         sink.flush()
         assert pk_rows(downstream) == [(2, 1, "p"), (3, 2, "q")]
-        # Three-statement swap of two rows' keys, and a unique-key swap through a temporary value.
-        sink.write_rows(info, [
+        # Three-statement swap of two rows' keys, and a unique-key swap through a temporary value,
+        # netted to one change per key as the pipeline does before any sink.
+        sink.write_rows(info, net_changes_per_key(info, [
             RowChange(ts(6), "db2", "t", "update", before=("2", "1", "p"), after=("9", "1", "p"), seq=0),
             RowChange(ts(6), "db2", "t", "update", before=("3", "2", "q"), after=("2", "2", "q"), seq=1),
             RowChange(ts(6), "db2", "t", "update", before=("9", "1", "p"), after=("3", "1", "p"), seq=2),
             RowChange(ts(6), "db2", "t", "update", before=("3", "1", "p"), after=("3", "1", "tmp"), seq=3),
             RowChange(ts(6), "db2", "t", "update", before=("2", "2", "q"), after=("2", "2", "p"), seq=4),
             RowChange(ts(6), "db2", "t", "update", before=("3", "1", "tmp"), after=("3", "1", "q"), seq=5),
-        ])
+        ]))
         sink.flush()
         assert pk_rows(downstream) == [(2, 2, "p"), (3, 1, "q")]
 
@@ -286,3 +288,13 @@ def test_downstream_restart_is_retried_and_a_dead_one_fails_with_a_coded_error(d
     with pytest.raises(Exception, match="ErrMySQLConnectionError"):
         sink.flush()
     sink.close()
+
+
+def test_unreachable_or_refusing_downstream_at_construction_is_a_coded_error(downstream):
+    from sparkcdc.errors import ErrMySQLConnectionError
+
+    with pytest.raises(ErrMySQLConnectionError, match="Access denied") as refused:
+        MySQLSink(downstream.uri.replace("root@", "root:wrong-pw@"), ReplicaConfig(), retry=FAST_RETRY)
+    assert "wrong-pw" not in str(refused.value)
+    with pytest.raises(ErrMySQLConnectionError, match="unreachable"):
+        MySQLSink("mysql://root@127.0.0.1:1/", ReplicaConfig(), retry=FAST_RETRY)

@@ -5,12 +5,12 @@ from decimal import Decimal
 import pytest
 
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
+from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.sink.mysql.sql import (
     PlanOptions,
     delete_row_sql,
     delete_rows_sql,
     insert_sql,
-    net_changes,
     plan_transaction,
     render,
     to_parameter,
@@ -117,12 +117,16 @@ def _rows(*specs, ts=10):
     return out
 
 
-def test_net_changes_collapse_a_row_touched_many_times():
+def test_a_row_touched_many_times_is_netted_by_the_pipeline_before_planning():
     info = table(["a", "b"], ["a"])
     rows = _rows(("insert", None, (1, 1)), ("update", (1, 1), (1, 2)), ("update", (1, 2), (5, 2)),
                  ("delete", (9, 9), None), ("insert", None, (9, 8)), ("insert", None, (7, 7)),
                  ("delete", (7, 7), None))
-    assert net_changes(info, rows) == [(None, img(5, 2)), (img(9, 9), img(9, 8))]
+    plan = plan_transaction(info, net_changes_per_key(info, rows), PlanOptions())
+    assert [(s.sql, s.args) for s in plan] == [
+        ("UPDATE `db`.`tb` SET `a` = ?, `b` = ? WHERE `a` = ? LIMIT 1", (9, 8, 9)),
+        ("INSERT INTO `db`.`tb` (`a`,`b`) VALUES (?,?)", (5, 2)),
+    ]
 
 
 def test_pk_swap_in_either_order_splits_into_deletes_then_inserts():

@@ -4,8 +4,8 @@ Pure functions of (TableInfo, images): statements use `?` placeholders and carry
 parameters converted from the canonical text form (`to_parameter`). `render` turns a statement
 into text with a connection's literal quoting, so many statements can go in one round trip.
 
-A transaction is first reduced to its net change per row (`net_changes`), because the binlog may
-touch one row several times in a transaction while TiCDC's input has one change per key. Then,
+A transaction arrives with one change per key, as TiCDC's does: the pipeline reduces the
+binlog's row images to their net effect per key before any sink (pipeline/netting.py). Then,
 as in TiCDC: deletes, then updates, then inserts. Updates that change a PK/UK value are split
 into delete + insert so two updates can never collide on a key (a PK swap); in safe mode and in
 the replay window every update is split and inserts become REPLACE.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from sparkcdc.model.events import INTEGER_TYPES, ColumnInfo, RowChange, TableInfo, Value
 
@@ -166,45 +166,6 @@ def update_rows_sql(info: TableInfo, pairs: Sequence[tuple[Image, Image]]) -> St
 # Transactions
 # ---------------------------------------------------------------------------------------------
 
-def _handle_key_of(info: TableInfo, image: Image) -> tuple[Value, ...]:
-    return tuple(image[info.column_names.index(name)] for name in info.handle_key)
-
-
-def net_changes(info: TableInfo, rows: Sequence[RowChange]) -> list[tuple[Optional[Image], Optional[Image]]]:
-    """One (before, after) per row the transaction touched, for a table with a handle key.
-
-    A change continues an earlier one only when its before image equals that change's current
-    after image exactly (the same row, seen again); anything else starts a new chain. So the
-    result is right whatever order same-transaction changes arrive in, and deletes-first
-    ordering stays valid even when the binlog touched one key several times.
-    """
-    chains: list[list[Optional[Image]]] = []  # [initial before, current after]
-    current: dict[tuple[Value, ...], int] = {}  # handle key of a chain's latest image -> chain
-    for row in rows:
-        if row.op == "insert":
-            key = _handle_key_of(info, row.after)
-            index = current.get(key)
-            if index is not None and chains[index][1] is None:
-                chains[index][1] = row.after  # deleted earlier in this txn: a net update
-                continue
-            chains.append([None, row.after])
-            current[key] = len(chains) - 1
-            continue
-        key = _handle_key_of(info, row.before)
-        index = current.get(key)
-        if index is None or chains[index][1] != row.before:
-            chains.append([row.before, None])
-            index = len(chains) - 1
-        chains[index][1] = row.after
-        if row.op == "update":
-            if current.get(key) == index:
-                del current[key]
-            current[_handle_key_of(info, row.after)] = index
-        else:
-            current[key] = index
-    return [(before, after) for before, after in chains if before is not None or after is not None]
-
-
 def changes_unique_key(
     info: TableInfo, before: Image, after: Image, unique_keys: Iterable[Sequence[str]] = ()
 ) -> bool:
@@ -232,22 +193,23 @@ def plan_transaction(
     options: PlanOptions,
     unique_keys: Sequence[Sequence[str]] = (),
 ) -> list[Statement]:
-    """The statements for one upstream transaction of one table, in execution order."""
+    """The statements for one upstream transaction of one table (one change per key, see
+    pipeline/netting.py), in execution order."""
     if not info.has_valid_index:
         return _plan_keyless(info, rows, options)
     deletes: list[Image] = []
     updates: list[tuple[Image, Image]] = []
     inserts: list[Image] = []
-    for before, after in net_changes(info, rows):
-        if before is None:
-            inserts.append(after)
-        elif after is None:
-            deletes.append(before)
-        elif options.split_updates or changes_unique_key(info, before, after, unique_keys):
-            deletes.append(before)
-            inserts.append(after)
+    for row in rows:
+        if row.op == "insert":
+            inserts.append(row.after)
+        elif row.op == "delete":
+            deletes.append(row.before)
+        elif options.split_updates or changes_unique_key(info, row.before, row.after, unique_keys):
+            deletes.append(row.before)
+            inserts.append(row.after)
         else:
-            updates.append((before, after))
+            updates.append((row.before, row.after))
 
     statements: list[Statement] = []
     if options.batch_dml and len(deletes) > 1:
