@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import threading
+import urllib.request
 import uuid
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -140,6 +141,8 @@ class OpenAPI:
             ("POST", cf + r"/pause", self.pause_changefeed),
             ("POST", cf + r"/resume", self.resume_changefeed),
             ("GET", r"/api/v2/captures", self.list_captures),
+            ("POST", r"/api/v2/captures/(?P<capture_id>[^/]+)/drain", self.drain_capture),
+            ("POST", r"/api/v2/owner/resign", self.resign_owner),
             ("POST", r"/api/v2/tso", self.query_tso),
             ("POST", r"/api/v2/verify_table", self.verify_table),
         ]:
@@ -177,15 +180,43 @@ class OpenAPI:
             "id": capture.get("id", ""),
             "cluster_id": capture.get("cluster_id", "default"),
             "pid": os.getpid(),
-            "is_owner": True,
+            "is_owner": capture.get("is_owner", True),
             "liveness": 0,
         })
 
     def list_captures(self, request: _Request) -> _Response:
+        if hasattr(self.controller, "list_captures"):
+            items = self.controller.list_captures()
+        else:
+            capture = self.controller.capture_info()
+            items = [{"id": capture.get("id", ""), "is_owner": True, "address": capture.get("address", ""),
+                      "cluster_id": capture.get("cluster_id", "default")}]
+        return _ok({"total": len(items), "items": items})
+
+    def drain_capture(self, request: _Request, capture_id: str) -> _Response:
+        """TiCDC's DrainCaptureResp: how many changefeeds the capture still runs (0 = drained)."""
+        if not hasattr(self.controller, "drain_capture"):
+            raise errors.ErrAPIInvalidParam("this server cannot drain captures")
+        return _ok({"current_table_count": self.controller.drain_capture(capture_id)})
+
+    def resign_owner(self, request: _Request) -> _Response:
+        """Resign if this capture is the owner, else forward to the owner, as TiCDC does."""
         capture = self.controller.capture_info()
-        item = {"id": capture.get("id", ""), "is_owner": True, "address": capture.get("address", ""),
-                "cluster_id": capture.get("cluster_id", "default")}
-        return _ok({"total": 1, "items": [item]})
+        if capture.get("is_owner", True) or not hasattr(self.controller, "list_captures"):
+            if hasattr(self.controller, "resign_owner"):
+                self.controller.resign_owner()
+            return _ok()
+        owner = next((c for c in self.controller.list_captures() if c.get("is_owner")), None)
+        if owner is None:
+            raise errors.ErrServerUnreachable("no owner is elected right now; retry in a few seconds")
+        forward = urllib.request.Request(f"http://{owner['address']}/api/v2/owner/resign", data=b"{}", method="POST",
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(forward, timeout=10) as response:
+                response.read()
+        except OSError as exc:
+            raise errors.ErrServerUnreachable(f"owner {owner['id']} at {owner['address']} did not answer: {exc}")
+        return _ok()
 
     def query_tso(self, request: _Request) -> _Response:
         request.json(allowed=("pd_addrs", "ca_path", "cert_path", "key_path", "cert_allowed_cn"))

@@ -15,12 +15,18 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "server",
         help="run a capture: the binlog puller, the changefeeds and the Open API",
-        description="Run a sparkcdc capture (single node, embedded SQLite metadata store).",
+        description="Run a sparkcdc capture: single node on an embedded SQLite store, or, with --pd, "
+                    "one member of a cluster whose metadata and owner election live in etcd.",
     )
     parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s)")
     parser.add_argument("--data-dir", default="./cdc-data", help="metadata, transaction index and Spark state (default %(default)s)")
     parser.add_argument("--upstream-uri", required=True, help="the upstream MariaDB/MySQL, e.g. mysql://root@127.0.0.1:3306/")
-    parser.add_argument("--cluster-id", default="default")
+    parser.add_argument("--cluster-id", default="default", help="captures with the same etcd and cluster id form one cluster")
+    parser.add_argument("--pd", default="", metavar="URL",
+                        help="etcd endpoint for cluster metadata, e.g. http://127.0.0.1:2379 (TiCDC's flag name); "
+                             "empty: single node with SQLite in --data-dir")
+    parser.add_argument("--capture-session-ttl", type=int, default=10,
+                        help="seconds a capture's etcd lease lives without keepalive (default %(default)s)")
     parser.add_argument("--spark-master", default="local[*]", help="Spark master URL (default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
     parser.add_argument("--log-file", default=None, help="log to this file instead of stderr")
@@ -45,6 +51,8 @@ def run_server(args: argparse.Namespace) -> int:
                 upstream_uri=args.upstream_uri,
                 cluster_id=args.cluster_id,
                 spark_master=args.spark_master,
+                pd=args.pd,
+                capture_session_ttl=args.capture_session_ttl,
             )
         )
     except SparkCDCError as exc:

@@ -1,6 +1,8 @@
 """A capture: one `sparkcdc server` process with its puller, Spark session and changefeeds.
 
-Single node for now: this capture is always the owner. It is the API's
+Without `--pd` it is a single node with an embedded SQLite store and always the owner; with
+`--pd http://etcd:2379` it joins a cluster (server/cluster.py): the owner assigns changefeeds and
+this capture runs the ones assigned to it. It is the API's
 ChangefeedController (validate, resolve_start_ts, current_tso, start, stop, capture_info), so
 the Open API layer stays free of Spark and binlog details.
 """
@@ -12,12 +14,14 @@ import os
 import threading
 import time
 import uuid
+import zlib
 from dataclasses import dataclass
 from typing import Optional
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrUpstreamUnreachable, SparkCDCError
 from sparkcdc.model import tso
+from sparkcdc.server.capture_store import CaptureStoreView
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import validate_sink
 from sparkcdc.upstream.connection import UpstreamConfig
@@ -38,6 +42,8 @@ class CaptureOptions:
     cluster_id: str = "default"
     spark_master: str = "local[*]"
     trigger_interval: str = "1 second"
+    pd: str = ""  # etcd endpoint: cluster mode; empty: single node on SQLite
+    capture_session_ttl: int = 10
 
 
 class Capture:
@@ -45,8 +51,25 @@ class Capture:
         self.options = options
         self.id = str(uuid.uuid4())
         os.makedirs(options.data_dir, exist_ok=True)
-        self.store = MetaStore(os.path.join(options.data_dir, "meta.sqlite"))
         self.index_path = os.path.join(options.data_dir, "txn-index.sqlite")
+        self.cluster = None
+        self._puller_server_id = PULLER_SERVER_ID
+        if options.pd:
+            from sparkcdc.server.cluster import ClusterMember
+            from sparkcdc.server.etcd_client import EtcdClient
+            from sparkcdc.server.etcd_store import EtcdMetaStore
+
+            client = EtcdClient(options.pd.split(",")[0])
+            self._etcd_store = EtcdMetaStore(client, options.cluster_id)
+            self.store = CaptureStoreView(self._etcd_store, self.index_path, strict=False)
+            self.cluster = ClusterMember(client, self._etcd_store, self.id, self._cluster_capture_info,
+                                         options.capture_session_ttl)
+            # Captures of one cluster share the upstream: each needs its own replication server ids.
+            slot = zlib.crc32(os.path.abspath(options.data_dir).encode()) % 3000
+            self._puller_server_id = 1_000_000 + slot
+            self._reader_server_id_base = 10_000_000 + slot * 1_000_000
+        else:
+            self.store = MetaStore(os.path.join(options.data_dir, "meta.sqlite"))
         self.upstream = UpstreamConfig.from_uri(options.upstream_uri)
         self._puller: Optional[Puller] = None
         self._puller_lock = threading.Lock()
@@ -75,6 +98,12 @@ class Capture:
             self.options.trigger_interval,
         )
         threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
+        if self.cluster is not None:
+            # The runner's writes carry this capture's fence; its reads map checkpoints into our index.
+            self._runner._store = CaptureStoreView(self._etcd_store, self.index_path, self.cluster.fence_for)
+            self._runner._next_server_id = self._reader_server_id_base
+            self.cluster.open(self._runner)
+            return
         for info in self.store.list_changefeeds():
             if info.state in ("normal", "warning"):
                 try:
@@ -85,6 +114,8 @@ class Capture:
 
     def close(self) -> None:
         self._closed.set()
+        if self.cluster is not None:
+            self.cluster.close()
         if self._runner is not None:
             self._runner.stop_all()
         if self._puller is not None:
@@ -117,7 +148,7 @@ class Capture:
                 log.error("puller stopped with %s; restarting it", self._puller.error)
                 self._puller.stop()
             preflight(self.upstream)
-            puller = Puller(self.upstream, TxnIndex(self.index_path), PULLER_SERVER_ID)
+            puller = Puller(self.upstream, TxnIndex(self.index_path), self._puller_server_id)
             puller.start()
             self._puller = puller
         self._wait_index_ready()
@@ -147,7 +178,8 @@ class Capture:
 
     def start(self, info: ChangefeedInfo) -> None:
         self._ensure_puller()
-        self._runner.start(info)
+        if self.cluster is None:  # in a cluster the owner assigns it to a capture
+            self._runner.start(info)
 
     def stop(self, namespace: str, changefeed_id: str) -> None:
         if self._runner is not None:
@@ -163,4 +195,28 @@ class Capture:
         return classify_tables(index.tables_at(ts), config)
 
     def capture_info(self) -> dict:
-        return {"id": self.id, "address": self.options.addr, "cluster_id": self.options.cluster_id}
+        is_owner = True if self.cluster is None else self.cluster.is_owner()
+        return {"id": self.id, "address": self.options.addr, "cluster_id": self.options.cluster_id,
+                "is_owner": is_owner}
+
+    def _cluster_capture_info(self) -> dict:
+        from sparkcdc.api.server import sparkcdc_version
+        from sparkcdc.server.cluster import capture_info_document
+
+        start = TxnIndex(self.index_path).start_position()
+        return capture_info_document(self.id, self.options.addr, str(start) if start else "", sparkcdc_version())
+
+    # -- cluster (Open API: captures, drain, owner resign) -------------------------------------
+    def list_captures(self) -> list[dict]:
+        if self.cluster is None:
+            info = self.capture_info()
+            return [{"id": info["id"], "is_owner": True, "address": info["address"], "cluster_id": info["cluster_id"]}]
+        return self.cluster.captures()
+
+    def drain_capture(self, capture_id: str) -> int:
+        if self.cluster is None:
+            raise SparkCDCError("drain needs a cluster (`sparkcdc server --pd`); a single node has nowhere to move to")
+        return self.cluster.drain(capture_id)
+
+    def resign_owner(self) -> bool:
+        return self.cluster.resign() if self.cluster is not None else False
