@@ -9,7 +9,7 @@ is idempotent (the MySQL sink's replay mode), because a restarted consumer reads
 from the beginning.
 
 Protocols: canal-json (with enable-tidb-extension, which carries commit-ts and watermarks),
-open-protocol, and avro (with enable-tidb-extension and avro-enable-watermark, schemas from the
+open-protocol, simple (BOOTSTRAP messages are skipped), and avro (with enable-tidb-extension and avro-enable-watermark, schemas from the
 registry). An Avro delete is a tombstone without commit-ts: it takes the commit-ts of the next
 event of its partition, an upper bound that keeps it before that event and after the ones
 before it. Table definitions (enum/set members, keys) come from the downstream.
@@ -32,7 +32,7 @@ from sparkcdc.sink.kafka.config import KafkaSinkConfig
 
 log = logging.getLogger(__name__)
 
-CONSUMER_PROTOCOLS = ("canal-json", "open-protocol", "avro")
+CONSUMER_PROTOCOLS = ("canal-json", "open-protocol", "avro", "simple")
 UNKNOWN_TS = -1  # an Avro tombstone's commit-ts, assigned when the partition's next event arrives
 _DATABASE_DDL = re.compile(r"^\s*(create|drop)\s+(database|schema)\b", re.IGNORECASE)
 Row = dict[str, Value]
@@ -154,6 +154,39 @@ def decode_open(key: bytes, value: bytes) -> list:
     return events
 
 
+def _simple_convert(info: TableInfo, name: str, raw) -> Value:
+    from sparkcdc.sink.codec.simple import canonical_value
+
+    return canonical_value(info.column(name), raw)
+
+
+def _simple_pairs(columns: Optional[dict]) -> Optional[tuple]:
+    if columns is None:
+        return None
+    # A timestamp is {"location","value"}: keep the (hashable) value text.
+    return tuple((name, value["value"] if isinstance(value, dict) else value) for name, value in columns.items())
+
+
+_SIMPLE_DML = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
+
+
+def decode_simple(value: bytes) -> list:
+    """Events of one Simple (JSON) message: rows, DDLs and watermarks; bootstraps carry nothing we need."""
+    message = json.loads(value)
+    kind = message.get("type")
+    commit_ts = int(message.get("commitTs") or 0)
+    if kind == "WATERMARK":
+        return [("watermark", commit_ts)]
+    if kind == "BOOTSTRAP":
+        return []
+    op = _SIMPLE_DML.get(kind)
+    if op is None:  # a DDL: database/table come from the table schema (after, else before)
+        schema = message.get("tableSchema") or message.get("preTableSchema") or {}
+        return [DDLMessage(commit_ts, schema.get("schema", ""), schema.get("table", ""), message["sql"])]
+    return [RowEvent(commit_ts, message["database"], message["table"], op, _simple_pairs(message.get("old")),
+                     _simple_pairs(message.get("data")), _simple_convert)]
+
+
 def _avro_convert(info: TableInfo, name: str, raw) -> Value:
     from sparkcdc.sink.codec.avro import canonical_value
 
@@ -207,6 +240,8 @@ def decoder_for(protocol: str, schema_registry: str = "") -> Callable[[Optional[
         return lambda key, value: decode_avro(avro, key, value)
     if protocol == "canal-json":
         return lambda key, value: decode_canal_json(value) if value else []
+    if protocol == "simple":
+        return lambda key, value: decode_simple(value) if value else []
     if protocol == "open-protocol":
         return lambda key, value: decode_open(key, value) if key else []
     raise ErrSinkUnknownProtocol(

@@ -20,9 +20,9 @@ from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid, ErrSinkUnknow
 log = logging.getLogger(__name__)
 
 KAFKA_SCHEMES = ("kafka", "kafka+ssl")
-MQ_PROTOCOLS = ("canal-json", "open-protocol", "debezium", "avro")
+MQ_PROTOCOLS = ("canal-json", "open-protocol", "debezium", "avro", "simple")
 # TiCDC's other Kafka protocols: recognised, refused with a clear error until they are built.
-MQ_PROTOCOLS_NOT_YET = ("simple",)
+MQ_PROTOCOLS_NOT_YET: tuple[str, ...] = ()
 DEFAULT_PARTITION_NUM = 3  # when the sink creates the topic
 DEFAULT_MAX_MESSAGE_BYTES = 10485760
 _COMPRESSIONS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -263,6 +263,10 @@ def parse_kafka_sink_uri(uri: str, config: Optional[ReplicaConfig] = None) -> Ka
             raise ErrSinkURIInvalid(f"large-message-handle-option={large} is valid only for open-protocol, simple and canal-json")
         if protocol == "canal-json" and not enable_extension:
             raise ErrSinkURIInvalid("large-message-handle-option with canal-json needs enable-tidb-extension=true")
+    if protocol == "simple" and values.get("encoding-format", "json") != "json":
+        raise ErrSinkUnsupported("the simple protocol is built with encoding-format=json only; avro is not yet")
+    if protocol == "simple" and large != "none":
+        raise ErrSinkUnsupported(f"large-message-handle-option={large} is not built for the simple protocol yet")
     if values.get("debezium-disable-schema"):
         raise ErrSinkUnsupported("debezium-disable-schema=true is not supported yet; the schema is always sent")
     if config.sink.transaction_atomicity == "table":

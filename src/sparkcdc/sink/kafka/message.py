@@ -24,6 +24,8 @@ class Message:
 
 class MessageEncoder(Protocol):
     # Whether DDLs go to every partition (open, simple, ...) or only to partition 0 (canal-json).
+    # An encoder may also have `bootstrap(table, topic) -> Optional[Message]`, a message the sink
+    # sends to every partition before the rows (Simple's table schema).
     ddl_broadcast: bool
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]: ...
@@ -77,11 +79,18 @@ def _avro(sink: SinkConfig, clock, registry) -> MessageEncoder:
     return make_avro_encoder(sink, registry)
 
 
+def _simple(sink: SinkConfig, clock, registry) -> MessageEncoder:
+    from sparkcdc.sink.codec.simple import SimpleEncoder
+
+    return SimpleEncoder(sink, clock) if clock else SimpleEncoder(sink)
+
+
 _MESSAGE_ENCODERS = {
     "canal-json": _canal_json,
     "open-protocol": _open_protocol,
     "debezium": _debezium,
     "avro": _avro,
+    "simple": _simple,
 }
 
 

@@ -125,6 +125,11 @@ class KafkaSink:
             return
         topic = self._router.topic(table.schema, table.table)
         partitions = self._partition_count(topic)
+        bootstrap = getattr(self._encoder, "bootstrap", None)  # Simple: the schema, to every partition
+        message = bootstrap(table, topic) if bootstrap is not None else None
+        if message is not None:
+            for partition in range(partitions):
+                self._produce(topic, partition, message)
         groups: dict[int, list[RowChange]] = {}
         for row in rows:
             groups.setdefault(self._router.partition(table, row, partitions), []).append(row)
