@@ -166,3 +166,23 @@ def test_debezium_on_a_real_broker(kafka):
     assert {r.after[0] for r in decoded if r.op == "insert"} == {str(i) for i in range(15)}
     assert all(json.loads(m.key())["payload"]["id"] == int(json.loads(m.value())["payload"]["after" if json.loads(
         m.value())["payload"]["op"] != "d" else "before"]["id"]) for m in values)
+
+
+def test_simple_on_a_real_broker_round_trips(kafka):
+    topic = "simple-rt"
+    uri = f"kafka://{kafka.bootstrap}/{topic}?protocol=simple&partition-num=3"
+    workload(KafkaSink(uri, parse_replica_config(DISPATCH)))
+    messages = read_all(kafka.bootstrap, topic)
+    for items in messages.values():
+        kinds = [json.loads(m.value())["type"] for m in items]
+        assert kinds[0] == "BOOTSTRAP"  # the schema precedes the rows on every partition
+        assert kinds.count("WATERMARK") == 3 and kinds.count("ALTER") == 1
+    consumer, recorder = consume(uri, 300)
+    assert consumer.checkpoint_ts == 300
+    ops = [r.op for r in recorder.rows]
+    assert ops.count("insert") == 15 and ops.count("delete") == 1 and ops.count("update") == 1
+    assert recorder.ddls == [(200, "ALTER TABLE t ADD COLUMN w INT", 10)]
+    inserted = {r.after[0]: r.after for r in recorder.rows if r.op == "insert"}
+    assert inserted["7"] == ("7", "v7", "y", "7.50", "\x00\xff")
+    (update,) = [r for r in recorder.rows if r.op == "update"]
+    assert update.before[1] == "v4" and update.after[1] == "new"
