@@ -27,6 +27,7 @@ class ServerProcess:
     upstream_uri: str
     port: int = field(default_factory=free_port)
     log_path: Optional[str] = None
+    extra_args: tuple[str, ...] = ()  # more `sparkcdc server` flags, e.g. ("--pd", etcd.endpoint)
     process: Optional[subprocess.Popen] = field(default=None, init=False)
 
     @property
@@ -41,7 +42,7 @@ class ServerProcess:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "sparkcdc.cli.main", "server",
                  "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir,
-                 "--upstream-uri", self.upstream_uri],
+                 "--upstream-uri", self.upstream_uri, *self.extra_args],
                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
         deadline = time.monotonic() + timeout
