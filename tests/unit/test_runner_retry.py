@@ -48,6 +48,7 @@ def setup(tmp_path, monkeypatch):
     ("[SPARKCDC:ErrMySQLTxnError] writing failed: (1146, \"Table 'db.t' doesn't exist\")", False),
     ("[SPARKCDC:ErrInvalidReplicaConfig] bad", False),
     ("RuntimeError: no table info for db.t at 5", False),
+    ("[STREAM_FAILED] Query terminated with exception: Python worker failed to connect back.", True),
 ])
 def test_retryable_failures(message, retryable):
     assert is_retryable_failure(message) is retryable

@@ -341,7 +341,11 @@ _CONFIGURATION_MYSQL_ERRORS = ("(1044,", "(1045,", "(1049,", "(1251,", "(2026,")
 _RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable"})
 # Error text of transient failures that reach us without a retryable code (raw driver errors).
 _RETRYABLE_TEXT = ("Lost connection", "Can't connect", "Connection refused", "server has gone away",
-                   "Lock wait timeout", "Deadlock found", "(2003,", "(2006,", "(2013,", "(1205,", "(1213,")
+                   "Lock wait timeout", "Deadlock found", "(2003,", "(2006,", "(2013,", "(1205,", "(1213,",
+                   # Spark's own transient failures on a loaded machine: a Python worker that did
+                   # not connect back in time, a Py4J socket timeout.
+                   "Python worker failed to connect back", "CANNOT_OPEN_SOCKET", "SocketTimeoutException",
+                   "Py4JNetworkError")
 
 
 def is_retryable_failure(message: str) -> bool:
