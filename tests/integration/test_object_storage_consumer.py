@@ -163,11 +163,16 @@ def test_tables_from_before_the_changefeed_and_a_saved_checkpoint(mariadb, s3, p
         cursor.execute("DELETE FROM plain WHERE id = 2")
 
     sink.write_rows(plain, [RowChange(ts(3), database, "plain", "insert", after=("3",) + row[1:])])
+    # Another old table's first rows: its schema file's version (ts(0)) is below the checkpoint.
+    late = TableInfo(database, "late", 3, PRE_COLUMNS[:2], ts(0), handle_key=("id",))
+    sink.write_rows(late, [RowChange(ts(3), database, "late", "insert", after=("7", "z"))])
     sink.write_checkpoint(ts(3))
     assert main(command) == 0
     with down.cursor() as cursor:
         cursor.execute("SELECT id FROM plain ORDER BY id")
         assert cursor.fetchall() == ((3,), (18446744073709551615,))
+        cursor.execute("SELECT id, code FROM late")
+        assert cursor.fetchall() == ((7, "z"),)
     down.close()
 
 

@@ -14,7 +14,9 @@ Each round:
    downstream writes idempotently (DDL replays count as done).
 
 Tables that existed before the changefeed have a first schema file without a DDL query; the
-consumer creates them from the file's columns (`create_table_query`).
+consumer creates them from the file's columns (`create_table_query`, IF NOT EXISTS) the first
+time it sees that file, whatever its version, since the file shows up only with the table's
+first rows.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from sparkcdc.consumer.storage_reader import (
     _list_dirs,
     decoder_for,
     open_storage,
+    read_bytes,
     table_definitions,
     table_files,
 )
@@ -301,6 +304,7 @@ class StorageConsumer:
         self.checkpoint_ts = max(start_ts, self._store.load())
         self._applied: dict[tuple[str, str], int] = {}  # newest commit-ts applied per table
         self._created_databases: set[str] = set()
+        self._ensured: set[tuple[str, str, int]] = set()  # query-less schema files handled
 
     def storage_checkpoint(self) -> int:
         return _checkpoint_ts(self._fs, self._root)
@@ -353,8 +357,7 @@ class StorageConsumer:
         for path in self._fs.ls(meta, detail=False):
             match = _SCHEMA_FILE.match(posixpath.basename(path))
             if match and lower < int(match.group(1)) <= upper:
-                with self._fs.open(path, "rb") as handle:
-                    definitions.append(TableDefinition.from_json(handle.read().decode()))
+                definitions.append(TableDefinition.from_json(read_bytes(self._fs, path).decode()))
         for definition in sorted(definitions, key=lambda d: d.table_version):
             if definition.query and definition.type != _DROP_DATABASE:
                 self._downstream.write_ddl(_ddl_event(definition))
@@ -375,15 +378,20 @@ class StorageConsumer:
             if version > upper:
                 break
             definition = definitions.get(version)
-            if definition is not None and lower < version:
-                if definition.query:
+            if definition is not None and definition.query:
+                if lower < version:
                     self._downstream.write_ddl(_ddl_event(definition))
-                elif definition.columns:
+            elif definition is not None and definition.columns and (schema, table, version) not in self._ensured:
+                # A query-less schema file carries the table's old version, and it appears when
+                # the table's first rows are flushed, often after the consumer checkpoint has
+                # passed that version: ensure the table once per process, unless a later DDL
+                # (already applied) has moved the table on.
+                if not any(version < later <= lower for later in definitions):
                     self._create_from_columns(definition, known)
+                self._ensured.add((schema, table, version))
             for data_file in files_by_version.get(version, ()):
                 info = table_info_from_definition(data_file.definition, known)
-                with self._fs.open(data_file.path, "rb") as handle:
-                    text = handle.read().decode("utf-8")
+                text = read_bytes(self._fs, data_file.path).decode("utf-8")
                 rows: list[RowChange] = []
                 newest = applied
                 for change in decode(text, list(data_file.columns), self._sink):

@@ -63,10 +63,15 @@ def open_storage(root: str):
     return location.filesystem(), location.root
 
 
+def read_bytes(fs, path: str) -> bytes:
+    """A whole object in one GET. `fs.open` would check the ETag it saw first and fail with
+    FileExpired when the sink replaces the object in between (metadata, CDC.index)."""
+    return fs.cat_file(path)
+
+
 def _checkpoint_ts(fs, root: str) -> int:
     try:
-        with fs.open(posixpath.join(root, "metadata"), "rb") as handle:
-            raw = handle.read()
+        raw = read_bytes(fs, posixpath.join(root, "metadata"))
     except FileNotFoundError:
         return 0
     return int(json.loads(raw or b"{}").get("checkpoint-ts", 0))
@@ -253,8 +258,7 @@ def _schema_definitions(fs, table_dir: str) -> dict[int, TableDefinition]:
     for path in fs.ls(meta, detail=False):
         match = _SCHEMA_FILE.match(posixpath.basename(path))
         if match:
-            with fs.open(path, "rb") as handle:
-                result[int(match.group(1))] = TableDefinition.from_json(handle.read().decode())
+            result[int(match.group(1))] = TableDefinition.from_json(read_bytes(fs, path).decode())
     return result
 
 
@@ -351,8 +355,7 @@ def rebuild_tables(
             applied_upto = -1  # commit-ts of the newest transaction already applied
             known = table_infos.get((schema, table))
             for data_file in table_files(fs, posixpath.join(schema_dir, table), protocol, known):
-                with fs.open(data_file.path, "rb") as handle:
-                    text = handle.read().decode("utf-8")
+                text = read_bytes(fs, data_file.path).decode("utf-8")
                 newest = applied_upto
                 for change in decode(text, list(data_file.columns), sink):
                     ts = change.commit_ts

@@ -15,6 +15,7 @@ Every backend is one code path: s3fs, gcsfs and adlfs behind fsspec. Secrets sta
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -160,6 +161,10 @@ class StorageLocation:
 
     def _azblob(self, concurrency: int) -> Any:
         import adlfs
+
+        # The Azure SDK logs every HTTP request and response at INFO: a consumer polling
+        # `metadata` each second would bury its own log under request headers.
+        logging.getLogger("azure.core.pipeline.policies.http_logging_policy").setLevel(logging.WARNING)
 
         options = self.options
         account = options.get("account-name") or os.environ.get("AZURE_STORAGE_ACCOUNT")

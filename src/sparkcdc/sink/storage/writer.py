@@ -104,8 +104,8 @@ class StorageSink:
     def _read(self, relative: str) -> Optional[bytes]:
         path = self._path(relative)
         try:
-            with self._fs.open(path, "rb") as handle:
-                return handle.read()
+            # One GET: open() would fail if the object is replaced between its HEAD and GET.
+            return self._fs.cat_file(path)
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001
