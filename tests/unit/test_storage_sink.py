@@ -10,7 +10,7 @@ from test_codec_fixtures import FULL, NULLS, TABLE, TS1, TS2, TS3, UPDATED
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.consumer.storage_reader import checkpoint_ts, rebuild_tables
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
-from sparkcdc.model.events import DDLEvent, RowChange
+from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.sink.storage import StorageSink, parse_storage_uri
 from sparkcdc.sink.storage.table_definition import TableDefinition
@@ -176,3 +176,17 @@ def test_round_trip_with_pk_change_deletes_and_replays(tmp_path, protocol):
     replay.write_checkpoint(TS3)
     tables = rebuild_tables(str(tmp_path), protocol, config, table_infos={("db", "all_types"): TABLE})
     assert tables[("db", "all_types")] == {("7",): dict(zip(TABLE.column_names, moved))}
+
+
+def test_schema_file_paths_match_ticdc_golden_values():
+    """tiflow pkg/sink/cloudstorage/table_definition_test.go (TestTableDefinitionGenFilePath)."""
+    table = TableInfo("schema1", "table1", 20, (
+        ColumnInfo("Id", "int", nullable=False, is_primary_key=True),
+        ColumnInfo("LastName", "varchar", nullable=False, length=128, charset="utf8mb4"),
+        ColumnInfo("FirstName", "varchar", length=64, charset="utf8mb4"),
+        ColumnInfo("Birthday", "datetime"),
+    ), 100)
+    assert TableDefinition.from_table_info(table, 100).file_path() == \
+        "schema1/table1/meta/schema_100_0785427252.json"
+    assert TableDefinition("schema1", "", 100, "", 0, ()).file_path() == "schema1/meta/schema_100_3233644819.json"
+    assert json.loads(TableDefinition("schema1", "", 100, "", 0, ()).to_json())["TableColumns"] is None
