@@ -187,3 +187,26 @@ def test_file_checkpoint_store_round_trip(tmp_path):
     assert FileCheckpointStore(path, "s3://b/cdc").load() == 42
     with pytest.raises(ErrStorageIO, match="belongs to s3://b/cdc"):
         FileCheckpointStore(path, "gcs://other").load()
+
+
+def test_enum_members_carry_over_an_alter_that_does_not_repeat_them(tmp_path):
+    """canal-json writes enum/set as numbers; after `ALTER ... ADD COLUMN` the new schema file's
+    query no longer lists the members, so they come from the version before."""
+    from sparkcdc.consumer.storage_reader import rebuild_tables
+
+    sink_config = SinkConfig(protocol="canal-json", enable_tidb_extension=True)
+    uri = f"file://{tmp_path}/out?protocol=canal-json"
+    tier = ColumnInfo("tier", "enum", elements=TIERS)
+    v1 = TableInfo("shopdb", "members", 1, (COLUMNS[0], tier), ts(1), handle_key=("id",))
+    v2 = TableInfo("shopdb", "members", 1, (COLUMNS[0], tier, ColumnInfo("n", "int")), ts(3), handle_key=("id",))
+    sink = StorageSink(uri, sink_config, lambda: DAY)
+    sink.write_ddl(DDLEvent(ts(1), "shopdb", "members",
+                            "CREATE TABLE members (id INT PRIMARY KEY, tier ENUM('basic','gold'))",
+                            "create table", table_info=v1))
+    sink.write_rows(v1, [RowChange(ts(2), "shopdb", "members", "insert", after=("1", "gold"))])
+    sink.write_ddl(DDLEvent(ts(3), "shopdb", "members", "ALTER TABLE members ADD COLUMN n INT",
+                            "add column", table_info=v2, pre_table_info=v1))
+    sink.write_rows(v2, [RowChange(ts(4), "shopdb", "members", "insert", after=("2", "basic", "5"))])
+    sink.write_checkpoint(ts(4))
+    rows = rebuild_tables(str(tmp_path / "out"), "canal-json")[("shopdb", "members")]
+    assert sorted(r["tier"] for r in rows.values()) == ["basic", "gold"]

@@ -62,9 +62,12 @@ class Downstream(Protocol):
     def close(self) -> None: ...
 
 
-def table_info_from_definition(definition: TableDefinition, known: Optional[TableInfo] = None) -> TableInfo:
-    """The TableInfo a schema file describes; `known` adds enum/set members and the handle key."""
+def table_info_from_definition(definition: TableDefinition, known: Optional[TableInfo] = None,
+                               read_columns: Sequence = ()) -> TableInfo:
+    """The TableInfo a schema file describes; `known` adds the handle key, and enum/set members
+    come from `known` or the reader's columns (which carry them across versions)."""
     known_columns = {c.name: c for c in known.columns} if known else {}
+    read_elements = {c.name: c.elements for c in read_columns}
     columns = []
     for raw in definition.columns:
         parts = raw["ColumnType"].lower().split(" ")
@@ -79,7 +82,7 @@ def table_info_from_definition(definition: TableDefinition, known: Optional[Tabl
             length=int(precision) if precision and base not in ("decimal", "float", "double") else None,
             precision=int(precision) if precision and base == "decimal" else None,
             scale=int(scale) if scale else None,
-            elements=previous.elements if previous else (),
+            elements=(previous.elements if previous else ()) or read_elements.get(raw["ColumnName"], ()),
         ))
     primary = tuple(c.name for c in columns if c.is_primary_key)
     handle = known.handle_key if known is not None and known.handle_key else primary
@@ -390,7 +393,7 @@ class StorageConsumer:
                     self._create_from_columns(definition, known)
                 self._ensured.add((schema, table, version))
             for data_file in files_by_version.get(version, ()):
-                info = table_info_from_definition(data_file.definition, known)
+                info = table_info_from_definition(data_file.definition, known, data_file.columns)
                 text = read_bytes(self._fs, data_file.path).decode("utf-8")
                 rows: list[RowChange] = []
                 newest = applied

@@ -93,15 +93,21 @@ def _elements_from_query(query: str, column: str) -> tuple[str, ...]:
     return tuple(m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", match.group(1)))
 
 
-def _columns(definition: TableDefinition, known: Optional[TableInfo]) -> list[_Column]:
+def _columns(definition: TableDefinition, known: Optional[TableInfo],
+             inherited: Optional[Mapping[str, tuple[str, ...]]] = None) -> list[_Column]:
+    """Columns of one schema file. Enum/set members: from `known`, else this version's DDL,
+    else an earlier version's (`inherited`: an ALTER that adds another column does not
+    repeat the members of the columns it leaves alone)."""
     known_elements = {c.name: c.elements for c in known.columns} if known else {}
+    inherited = inherited or {}
     result = []
     for raw in definition.columns:
         name = raw["ColumnName"]
         column_type = raw["ColumnType"]
         elements: tuple[str, ...] = ()
         if column_type.split(" ")[0] in ("ENUM", "SET"):
-            elements = known_elements.get(name) or _elements_from_query(definition.query, name)
+            elements = (known_elements.get(name) or _elements_from_query(definition.query, name)
+                        or inherited.get(name, ()))
         result.append(_Column(name, column_type, raw.get("ColumnIsPk") == "true", elements))
     return result
 
@@ -306,6 +312,12 @@ def table_files(fs, table_dir: str, protocol: str, known: Optional[TableInfo] = 
     if extension is None:
         raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
     definitions = _schema_definitions(fs, table_dir)
+    # Enum/set members carried from version to version, oldest first.
+    columns_by_version: dict[int, tuple[_Column, ...]] = {}
+    members: dict[str, tuple[str, ...]] = {}
+    for version in sorted(definitions):
+        columns_by_version[version] = tuple(_columns(definitions[version], known, members))
+        members = {c.name: c.elements for c in columns_by_version[version] if c.elements}
     versions = sorted(int(v) for v in _list_dirs(fs, table_dir) if v.isdigit())
     result = []
     for version in versions:
@@ -313,7 +325,7 @@ def table_files(fs, table_dir: str, protocol: str, known: Optional[TableInfo] = 
         if not usable:
             raise ErrStorageIO(f"{table_dir}/{version} has data but no schema file")
         definition = definitions[max(usable)]
-        columns = tuple(_columns(definition, known))
+        columns = columns_by_version[max(usable)]
         key_columns = _handle_key(list(columns), known)
         for path in _data_files(fs, posixpath.join(table_dir, str(version)), extension):
             result.append(TableFile(path, version, definition, columns, key_columns))
