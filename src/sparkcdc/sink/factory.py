@@ -37,7 +37,7 @@ def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0,
 
     `replicating_ts` (MySQL sink): rows committed at or before it may already be downstream
     and are written idempotently; pass a ts at or above anything a previous run may have written.
-    `retry_seconds` (MySQL sink): how long a write is retried in place before it fails, for
+    `retry_seconds` (MySQL sink): how long a write or DDL is retried in place before it fails, for
     callers that restart the sink themselves (the changefeed runner).
     """
     validate_sink(sink_uri, config)
@@ -54,7 +54,8 @@ def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0,
         if retry_seconds is None:
             return MySQLSink(sink_uri, config, replicating_ts=replicating_ts)
         return MySQLSink(sink_uri, config, replicating_ts=replicating_ts,
-                         retry=RetryPolicy(max_elapsed=retry_seconds))
+                         retry=RetryPolicy(max_elapsed=retry_seconds),
+                         ddl_retry=RetryPolicy(max_elapsed=retry_seconds, max_attempts=20))
     if kind == "kafka":
         from sparkcdc.sink.kafka.sink import KafkaSink
 

@@ -1,0 +1,190 @@
+"""Issue 4's "done means": a concurrent multi-table workload (two writers, DDL, PK and UK updates,
+one large transaction) replicates into a second MariaDB and `sparkcdc diff` finds no difference,
+also when the server is SIGKILLed twice mid-workload and when the downstream is down for 20s
+(the changefeed then goes to warning and back to normal)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from sparkcdc.testing.compare import wait_for_row
+from sparkcdc.testing.server_process import ServerProcess
+from sparkcdc.testing.workload import Workload
+
+pytestmark = pytest.mark.e2e
+
+LARGE_TRANSACTION_ROWS = 20_000  # issue 4 asks for 100k; run once by hand (see docs/benchmarks.md)
+DATABASES = ("e2e_cons_a", "e2e_cons_b")
+
+
+class Writer(threading.Thread):
+    """One writer thread on its own connection and database, until `stop` is set."""
+
+    def __init__(self, server, database: str, seed: int, stop: threading.Event, large: bool):
+        super().__init__(name=f"writer-{database}", daemon=True)
+        self.connection = server.connect()
+        self.workload = Workload(self.connection, database, seed=seed)
+        self.database, self.stop, self.large = database, stop, large
+        self.error: BaseException | None = None
+
+    def execute(self, sql: str, args=None) -> None:
+        with self.connection.cursor() as cur:
+            cur.execute(sql, args)
+
+    def run(self) -> None:
+        try:
+            self.workload.run(40)
+            self.execute(f"ALTER TABLE `{self.database}`.orders ADD COLUMN region VARCHAR(16) NULL DEFAULT 'eu'")
+            if self.large:
+                self.large_transaction()
+            for step in range(6):
+                self.workload.run(15)
+                if step == 2:  # UK change on every 7th customer, and a UK swap between two rows
+                    self.execute(f"UPDATE `{self.database}`.customers SET email = CONCAT('new-', email) "
+                                 "WHERE id % 7 = 0")
+                    self.swap_emails()
+                if step == 4:
+                    self.execute(f"ALTER TABLE `{self.database}`.items ADD INDEX idx_sku (sku)")
+            # Then small multi-table transactions until the faults are over: their cost does not
+            # grow with the tables (the Workload's items update does), however long a restart takes.
+            number = 0
+            while not self.stop.is_set():
+                number += 1
+                self.small_transaction(number)
+                time.sleep(0.05)
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+
+    def small_transaction(self, number: int) -> None:
+        order_id, customer_id = 5_000_000 + number, 5_000_000 + number
+        with self.connection.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute(f"INSERT INTO `{self.database}`.customers (id, name, email) VALUES (%s, %s, %s)",
+                        (customer_id, f"c{number}", f"c{number}@example.com"))
+            cur.execute(f"INSERT INTO `{self.database}`.orders (id, customer_id, amount, note) "
+                        "VALUES (%s, %s, 1.5, NULL)", (order_id, customer_id))
+            cur.execute(f"INSERT INTO `{self.database}`.items (order_id, line, sku, qty) VALUES (%s, 1, 'S', 1)",
+                        (order_id,))
+            if number % 3 == 0:  # a PK change and a delete of earlier rows
+                cur.execute(f"UPDATE `{self.database}`.orders SET id = id + 1000000, note = '' WHERE id = %s",
+                            (order_id - 1,))
+                cur.execute(f"DELETE FROM `{self.database}`.items WHERE order_id = %s", (order_id - 2,))
+            if number % 5 == 0:  # a UK change
+                cur.execute(f"UPDATE `{self.database}`.customers SET email = CONCAT('m-', email) WHERE id = %s",
+                            (customer_id - 1,))
+            cur.execute("COMMIT")
+
+    def large_transaction(self) -> None:
+        self.execute(f"CREATE TABLE `{self.database}`.bulk (id INT PRIMARY KEY, k VARCHAR(20) NOT NULL, "
+                     "v DOUBLE NULL, payload VARBINARY(32) NULL, UNIQUE KEY uk_k (k))")
+        self.execute("BEGIN")
+        rows = [(i, f"k{i}", i / 3 if i % 10 else None, bytes([i % 256]) * 8) for i in range(LARGE_TRANSACTION_ROWS)]
+        with self.connection.cursor() as cur:
+            for start in range(0, len(rows), 1000):
+                cur.executemany(f"INSERT INTO `{self.database}`.bulk VALUES (%s,%s,%s,%s)", rows[start:start + 1000])
+            cur.execute(f"UPDATE `{self.database}`.bulk SET id = id + 1000000 WHERE id % 1000 = 0")
+            cur.execute(f"DELETE FROM `{self.database}`.bulk WHERE id % 1000 = 1")
+        self.execute("COMMIT")
+
+    def swap_emails(self) -> None:
+        with self.connection.cursor() as cur:
+            cur.execute(f"SELECT id, email FROM `{self.database}`.customers ORDER BY id LIMIT 2")
+            (a, email_a), (b, email_b) = cur.fetchall()
+            cur.execute("BEGIN")
+            cur.execute(f"UPDATE `{self.database}`.customers SET email = 'swap-tmp' WHERE id = %s", (a,))
+            cur.execute(f"UPDATE `{self.database}`.customers SET email = %s WHERE id = %s", (email_a, b))
+            cur.execute(f"UPDATE `{self.database}`.customers SET email = %s WHERE id = %s", (email_b, a))
+            cur.execute("COMMIT")
+
+
+def wait_for_progress(server: ServerProcess, changefeed_id: str, timeout: float = 180.0) -> None:
+    """Until the checkpoint moves, so a kill lands mid-stream and not before the first batch."""
+    start = server.checkpoint(changefeed_id)
+    deadline = time.monotonic() + timeout
+    while server.checkpoint(changefeed_id) == start:
+        assert time.monotonic() < deadline, "the changefeed made no progress"
+        time.sleep(0.5)
+
+
+def changefeed_state(server: ServerProcess, changefeed_id: str) -> dict:
+    return json.loads(server.cli("changefeed", "query", "-c", changefeed_id).stdout)
+
+
+def run_diff(source, target) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkcdc.cli.main", "diff", "--source", source.uri, "--target", target.uri,
+         "--filter", "e2e_cons_*.*"], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("fault", ["none", "sigkill-twice", "downstream-down-20s"])
+def test_concurrent_workload_replicates_exactly(fault, mariadb, mariadb_factory, tmp_path):
+    downstream = mariadb_factory()
+    with mariadb.connect().cursor() as cur:
+        for database in DATABASES:
+            cur.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    config = tmp_path / "cf.toml"
+    config.write_text('[filter]\nrules = ["e2e_cons_*.*"]\n')
+    server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
+    stop = threading.Event()
+    writers = []
+    states_seen = []
+    try:
+        server.cli("changefeed", "create", "-c", "consistency",
+                   "--config", str(config), "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/?worker-count=4")
+        setup = mariadb.connect()
+        for seed, database in enumerate(DATABASES, start=11):
+            Workload(setup, database, seed=seed).create_tables()
+        writers = [Writer(mariadb, database, seed, stop, large=(database == DATABASES[0]))
+                   for seed, database in enumerate(DATABASES, start=11)]
+        for writer in writers:
+            writer.start()
+        time.sleep(8)
+        if fault == "sigkill-twice":
+            for _ in range(2):
+                wait_for_progress(server, "consistency")
+                server.kill()
+                time.sleep(3)  # writes continue while the server is down
+                server.start()
+                time.sleep(8)
+        elif fault == "downstream-down-20s":
+            downstream.stop()
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                states_seen.append(changefeed_state(server, "consistency")["state"])
+                time.sleep(1)
+            downstream.start()
+        stop.set()
+        for writer in writers:
+            writer.join(timeout=300)
+            assert writer.error is None, f"{writer.name}: {writer.error!r}"
+            writer.workload.finish()
+        down = downstream.connect()
+        for database in DATABASES:
+            wait_for_row(down, database, "finish_mark", timeout=300)
+        if fault == "downstream-down-20s":
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                state = changefeed_state(server, "consistency")
+                states_seen.append(state["state"])
+                if state["state"] == "warning":
+                    assert state["error"]["code"] == "SPARKCDC:ErrMySQLConnectionError", state
+                if state["state"] == "normal" and "warning" in states_seen:
+                    break
+                time.sleep(1)
+            assert "warning" in states_seen and states_seen[-1] == "normal", states_seen
+            assert changefeed_state(server, "consistency")["error"] is None
+        diff = run_diff(mariadb, downstream)
+        assert diff.returncode == 0, diff.stdout + diff.stderr
+        assert "all equal" in diff.stdout
+        assert "e2e_cons_a.bulk: equal" in diff.stdout
+    finally:
+        stop.set()
+        for writer in writers:
+            writer.join(timeout=60)
+        server.stop()
