@@ -205,3 +205,39 @@ def test_credentials_never_in_output_logs_or_errors(emulator, bucket, caplog):
         assert all(secret not in text for text in shown), secret
     assert "xxxxx" in sink.target.uri or emulator.backend == "gcs"
     assert mask_sink_uri(uri + "&credentials-file=/secret/path/key.json").count("/secret/") == 0
+
+
+def test_a_polling_reader_sees_tables_written_after_its_first_listing(emulator, bucket):
+    """A consumer keeps one file system for its life: listings must not be cached (adlfs did)."""
+    from sparkcdc.consumer.storage_consumer import StorageConsumer
+
+    uri = emulator.uri(bucket, "poll", protocol="canal-json")
+    sink = StorageSink(uri, config("canal-json"), lambda: DAY1)
+
+    class Recorder:
+        def __init__(self):
+            self.rows = []
+
+        def write_rows(self, table, rows):
+            self.rows.extend(rows)
+
+        def write_ddl(self, ddl):
+            pass
+
+        def flush(self):
+            pass
+
+        def close(self):
+            pass
+
+    downstream = Recorder()
+    consumer = StorageConsumer(uri, downstream, "canal-json", config("canal-json"))
+    sink.write_rows(TABLE, [change(ts(1), "insert", after=("1", "a", "1.00", None))])
+    sink.write_checkpoint(ts(1))
+    consumer.sync_once()
+    other = TableInfo("shop", "later", 8, COLUMNS, TS0, handle_key=("id",))
+    sink.write_rows(other, [RowChange(ts(2), "shop", "later", "insert", after=("2", "b", "2.00", None))])
+    sink.write_rows(TABLE, [change(ts(2), "insert", after=("3", "c", "3.00", None))])
+    sink.write_checkpoint(ts(2))
+    consumer.sync_once()
+    assert sorted((r.table, r.after[0]) for r in downstream.rows) == [("items", "1"), ("items", "3"), ("later", "2")]

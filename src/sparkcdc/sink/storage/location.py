@@ -171,7 +171,10 @@ class StorageLocation:
         key = options.get("account-key") or (
             None if options.get("sas-token") else os.environ.get("AZURE_STORAGE_KEY"))
         sas = (options.get("sas-token") or "").lstrip("?")
-        kwargs: dict[str, Any] = {"skip_instance_cache": True, "max_concurrency": concurrency}
+        # Without use_listings_cache=False adlfs answers ls/find from its first listing forever:
+        # a polling consumer never saw new tables or files.
+        kwargs: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False,
+                                  "max_concurrency": concurrency}
         endpoint = options.get("endpoint")
         if endpoint:
             # A connection string is the one adlfs input that takes a full (path-style) URL.
