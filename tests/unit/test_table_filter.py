@@ -181,3 +181,12 @@ _names = st.text(alphabet="abAB_1-", min_size=0, max_size=5)
 def test_wildcard_rules_agree_with_reference(rules, schema, table, case_sensitive):
     expected = _reference_match(rules, schema, table, case_sensitive)
     assert TableFilter(rules, case_sensitive).match(schema, table) == expected
+
+
+def test_database_level_events_follow_the_schema_patterns():
+    f = TableFilter(["db1.*", "db2.t", "!db3.*", "db4.*", "!db4.t"])
+    assert f.match_event("db1", "") and f.match_event("db2", "") and f.match_event("db4", "")
+    assert not f.match_event("db3", "")
+    assert not f.match_event("other", "")
+    assert not f.match_event("mysql", "")
+    assert not TableFilter(["e2e_a.*"]).match_event("e2e_b", "")

@@ -40,6 +40,7 @@ class _Rule:
     exclude: bool
     schema: Matcher
     table: Matcher
+    all_tables: bool = False  # the table pattern is a bare `*`
 
 
 class _RuleParser:
@@ -71,10 +72,11 @@ class _RuleParser:
             raise self.error(position, "wrong table pattern: missing '.' and table pattern")
         if text[position] != ".":
             raise self.error(position, "syntax error: missing '.' between schema and table patterns")
-        table, position = self.pattern(position + 1, end, needs_dot=True)
+        table_start = position + 1
+        table, position = self.pattern(table_start, end, needs_dot=True)
         if position != end:
             raise self.error(position, "syntax error: stray characters after table pattern")
-        return _Rule(exclude, schema, table)
+        return _Rule(exclude, schema, table, text[table_start:end] == "*")
 
     def pattern(self, position: int, end: int, needs_dot: bool) -> tuple[Matcher, int]:
         text = self.text[:end]
@@ -211,9 +213,19 @@ class TableFilter:
                 return not rule.exclude
         return False
 
+    def match_schema(self, schema: str) -> bool:
+        """Whether some table of `schema` may replicate (TiDB's MatchSchema): the last rule whose
+        schema pattern matches decides; an exclusion drops the schema only for `!schema.*`."""
+        if schema.lower() in SYSTEM_SCHEMAS:
+            return False
+        for rule in reversed(self._rules):
+            if rule.schema(schema):
+                return not rule.exclude or not rule.all_tables
+        return False
+
     def match_event(self, schema: str, table: str) -> bool:
         """Whether an event replicates: a table event by `match`, a database-level one (table
-        empty) whenever its schema is not a system schema."""
+        empty) by `match_schema`."""
         if not table:
-            return schema.lower() not in SYSTEM_SCHEMAS
+            return self.match_schema(schema)
         return self.match(schema, table)
