@@ -13,7 +13,7 @@ demo: setup
 	$(VENV)/bin/sparkcdc demo --dir ./demo-data --output ./demo-output
 
 test: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 tests
 
 unit: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit
