@@ -1,6 +1,8 @@
-"""MariaDB -> Spark changefeed -> real Kafka (canal-json with watermarks, 3 partitions,
-index-value dispatch) -> sparkcdc's Kafka consumer -> a second MariaDB, compared table by table.
-Covers DDL mid-stream, PK-changing updates and the product document's PK-swap transaction."""
+"""MariaDB -> Spark changefeed -> real Kafka (canal-json with watermarks, Avro with a real
+Apicurio schema registry, or Simple JSON; 3 partitions, index-value dispatch) -> sparkcdc's Kafka
+consumer -> a second MariaDB, compared table by table. Covers DDL mid-stream, PK-changing updates
+(split into delete + insert; an Avro tombstone plus an insert) and the product document's
+PK-swap transaction."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from sparkcdc.sink.mysql.connection import connect
 from sparkcdc.sink.mysql.sink import MySQLSink
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
 from sparkcdc.testing.kafka import KafkaBroker
+from sparkcdc.testing.schema_registry import SchemaRegistry
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.upstream.schema_reader import read_table_info
 from sparkcdc.testing.workload import Workload
@@ -26,13 +29,18 @@ pytestmark = pytest.mark.e2e
 TABLES = ["customers", "orders", "items", "finish_mark", "swap"]
 
 
-def test_canal_json_over_kafka_rebuilds_mysql(mariadb, mariadb_factory, tmp_path):
-    database = "e2e_kafka"
+@pytest.mark.parametrize("protocol", ["canal-json", "avro", "simple"])
+def test_protocol_over_kafka_rebuilds_mysql(protocol, mariadb, mariadb_factory, tmp_path):
+    database = f"e2e_kafka_{protocol.replace('-', '_')}"
     broker = KafkaBroker(tmp_path / "kafka").start()
+    registry = SchemaRegistry(tmp_path / "registry").start() if protocol == "avro" else None
     downstream_db = mariadb_factory()
     down_uri = f"mysql://root@127.0.0.1:{downstream_db.port}/?worker-count=2"
-    sink_uri = (f"kafka://{broker.bootstrap}/cdc-e2e?protocol=canal-json&enable-tidb-extension=true"
-                "&partition-num=3")
+    sink_uri = f"kafka://{broker.bootstrap}/cdc-e2e-{protocol}?protocol={protocol}&partition-num=3"
+    if protocol == "canal-json":
+        sink_uri += "&enable-tidb-extension=true"
+    if registry is not None:
+        sink_uri += f"&enable-tidb-extension=true&avro-enable-watermark=true&schema-registry={registry.url}"
     config = tmp_path / "cf.toml"
     config.write_text(f'[filter]\nrules = ["{database}.*"]\n'
                       f'[sink]\ndispatchers = [{{matcher = ["{database}.*"], partition = "index-value"}}]\n')
@@ -58,7 +66,7 @@ def test_canal_json_over_kafka_rebuilds_mysql(mariadb, mariadb_factory, tmp_path
 
     thread = threading.Thread(target=consume, daemon=True)
     try:
-        server.cli("changefeed", "create", "-c", "to-kafka", "--config", str(config), "--sink-uri", sink_uri)
+        server.cli("changefeed", "create", "-c", f"to-kafka-{protocol.replace('-', '')}", "--config", str(config), "--sink-uri", sink_uri)
         up = mariadb.connect()
         workload = Workload(up, database, seed=7)
         workload.create_tables()
@@ -100,3 +108,5 @@ def test_canal_json_over_kafka_rebuilds_mysql(mariadb, mariadb_factory, tmp_path
         server.stop()
         downstream.close()
         broker.stop()
+        if registry is not None:
+            registry.stop()
