@@ -7,15 +7,12 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from sparkcdc.errors import SparkCDCError, _define
+from sparkcdc.errors import ErrDDLUnparseable, ErrRenameTableNotSupported, SparkCDCError
 from sparkcdc.model.events import DDLEvent
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.store import split_ddl
 
 log = logging.getLogger(__name__)
-
-ErrDDLUnparseable = _define("ErrDDLUnparseable", 500)
-ErrRenameTableNotSupported = _define("ErrRenameTableNotSupported", 400)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Va
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import gojson
 from sparkcdc.sink.codec.mysqltypes import display_length, is_binary, type_name
-from sparkcdc.sink.kafka import ErrAvroSchemaRegistry
+from sparkcdc.errors import ErrAvroSchemaRegistry
 from sparkcdc.sink.kafka.message import Message
 from sparkcdc.sink.storage.table_definition import action_type
 

@@ -22,7 +22,7 @@ from typing import Callable, Optional, Sequence
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
-from sparkcdc.sink.kafka import ErrKafkaSendMessage, ErrKafkaTopic
+from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic
 from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
 from sparkcdc.sink.kafka.dispatcher import EventRouter
 from sparkcdc.sink.kafka.message import Message, make_message_encoder
