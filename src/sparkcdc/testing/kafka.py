@@ -100,9 +100,20 @@ class KafkaBroker:
             "logger.k.name=kafka.server.KafkaServer\nlogger.k.level=INFO\n"
             "logger.r.name=kafka.server.KafkaRaftServer\nlogger.r.level=INFO\n")
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        subprocess.run(self._java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                                  "--config", str(self._config), "--ignore-formatted"),
-                       check=True, capture_output=True, timeout=120)
+        command = self._java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
+                             "--config", str(self._config), "--ignore-formatted")
+        # A JVM start can fail or stall on a loaded machine; try again, and say why if it keeps failing.
+        for attempt in range(3):
+            try:
+                result = subprocess.run(command, capture_output=True, timeout=120)
+            except subprocess.TimeoutExpired:
+                output = "timed out after 120s"
+            else:
+                if result.returncode == 0:
+                    return
+                output = (result.stdout + result.stderr).decode(errors="replace")[-2000:]
+            time.sleep(1 + attempt)
+        raise RuntimeError(f"formatting Kafka storage in {self.data_dir} failed 3 times: {output}")
 
     def start(self, timeout: float = 120.0) -> "KafkaBroker":
         if not self._config.exists():
