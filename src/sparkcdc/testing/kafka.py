@@ -35,6 +35,15 @@ class KafkaNotInstalled(RuntimeError):
     """The broker jars are missing: run scripts/setup-kafka.sh."""
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id (base64url of 16 bytes, no padding). Like Kafka's own
+    Uuid.randomUuid, never one starting with '-': the storage tool would read it as a flag."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def kafka_lib_dir() -> Path:
     lib = tools_dir() / "kafka" / "lib"
     if not any(lib.glob("kafka_2.13-*.jar")):
@@ -99,11 +108,10 @@ class KafkaBroker:
             "appender.f.layout.type=PatternLayout\nappender.f.layout.pattern=%d %p %c: %m%n\n"
             "logger.k.name=kafka.server.KafkaServer\nlogger.k.level=INFO\n"
             "logger.r.name=kafka.server.KafkaRaftServer\nlogger.r.level=INFO\n")
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        command = self._java("kafka.tools.StorageTool", "format", "--cluster-id", cluster_id,
-                             "--config", str(self._config), "--ignore-formatted")
         # A JVM start can fail or stall on a loaded machine; try again, and say why if it keeps failing.
         for attempt in range(3):
+            command = self._java("kafka.tools.StorageTool", "format", "--cluster-id", new_cluster_id(),
+                                 "--config", str(self._config), "--ignore-formatted")
             try:
                 result = subprocess.run(command, capture_output=True, timeout=120)
             except subprocess.TimeoutExpired:
