@@ -62,13 +62,14 @@ def canonical_scheme(scheme: str) -> str:
     return SCHEME_ALIASES.get(scheme, scheme)
 
 
-def _bool(name: str, raw: str) -> bool:
+def parse_bool(name: str, raw: str) -> bool:
+    """A storage sink URI parameter's boolean value (true/1/t, false/0/f)."""
     lowered = raw.lower()
     if lowered in ("true", "1", "t"):
         return True
     if lowered in ("false", "0", "f"):
         return False
-    raise ErrSinkURIInvalid(f"storage URI parameter {name}={raw!r} must be true or false")
+    raise ErrSinkURIInvalid(f"storage sink URI parameter {name}={raw!r} must be true or false")
 
 
 def _with_http_scheme(endpoint: str) -> str:
@@ -123,10 +124,10 @@ class StorageLocation:
         if options.get("region"):
             kwargs["client_kwargs"] = {"region_name": options["region"]}
         # TiDB defaults force-path-style to true: S3-compatible servers rarely do virtual hosts.
-        path_style = _bool("force-path-style", options.get("force-path-style", "true"))
+        path_style = parse_bool("force-path-style", options.get("force-path-style", "true"))
         s3_config: dict[str, Any] = {"addressing_style": "path" if path_style else "virtual"}
         if options.get("use-accelerate-endpoint"):
-            s3_config["use_accelerate_endpoint"] = _bool(
+            s3_config["use_accelerate_endpoint"] = parse_bool(
                 "use-accelerate-endpoint", options["use-accelerate-endpoint"])
         kwargs["config_kwargs"] = {"s3": s3_config}
         additional = {
@@ -251,7 +252,7 @@ def parse_storage_location(uri: str) -> StorageLocation:
                 f"storage URI parameter {name!r} is not supported yet for {scheme}://; remove it")
         options[name] = value
     if "force-path-style" in options:
-        _bool("force-path-style", options["force-path-style"])
+        parse_bool("force-path-style", options["force-path-style"])
     if scheme == "s3" and bool(options.get("access-key")) != bool(options.get("secret-access-key")):
         raise ErrSinkURIInvalid("s3:// takes access-key and secret-access-key together; pass both")
     return StorageLocation(scheme, root, options)

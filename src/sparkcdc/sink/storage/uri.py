@@ -19,6 +19,7 @@ from sparkcdc.config.replica import SinkConfig
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
 from sparkcdc.sink.storage.location import (
+    parse_bool,
     StorageLocation,
     location_parameter,
     parse_storage_location,
@@ -78,15 +79,6 @@ def _int_in(name: str, raw: str, low: int, high: int) -> int:
     return value
 
 
-def _bool(name: str, raw: str) -> bool:
-    lowered = raw.lower()
-    if lowered in ("true", "1", "t"):
-        return True
-    if lowered in ("false", "0", "f"):
-        return False
-    raise ErrSinkURIInvalid(f"sink URI parameter {name}={raw!r} must be true or false")
-
-
 def _flush_interval(raw: str) -> str:
     try:
         seconds = parse_duration(raw)
@@ -129,13 +121,13 @@ def parse_storage_uri(uri: str, sink: SinkConfig) -> StorageTarget:
         elif name == "flush-concurrency":
             storage.flush_concurrency = _int_in(name, raw, 1, 512)
         elif name == "enable-tidb-extension":
-            effective.enable_tidb_extension = _bool(name, raw)
+            effective.enable_tidb_extension = parse_bool(name, raw)
         elif name == "date-separator":
             effective.date_separator = _date_separator(raw)
         elif name == "file-index-digit":
             effective.file_index_digit = _int_in(name, raw, 6, 20)
         elif name == "enable-partition-separator":
-            effective.enable_partition_separator = _bool(name, raw)
+            effective.enable_partition_separator = parse_bool(name, raw)
         else:
             raise ErrSinkURIInvalid(
                 f"sink URI parameter {name!r} is not known to the {location.scheme} storage sink; "
