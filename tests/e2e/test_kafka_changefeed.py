@@ -1,5 +1,5 @@
-"""MariaDB -> Spark changefeed -> real Kafka (canal-json with watermarks, Avro with a real
-Apicurio schema registry, or Simple JSON; 3 partitions, index-value dispatch) -> sparkcdc's Kafka
+"""MariaDB -> Spark changefeed -> real Kafka (canal-json with watermarks, the open protocol with
+resolved events, Avro with a real Apicurio schema registry, or Simple JSON; 3 partitions, index-value dispatch) -> sparkcdc's Kafka
 consumer -> a second MariaDB, compared table by table. Covers DDL mid-stream, PK-changing updates
 (split into delete + insert; an Avro tombstone plus an insert) and the product document's
 PK-swap transaction."""
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 TABLES = ["customers", "orders", "items", "finish_mark", "swap"]
 
 
-@pytest.mark.parametrize("protocol", ["canal-json", "avro", "simple"])
+@pytest.mark.parametrize("protocol", ["canal-json", "open-protocol", "avro", "simple"])
 def test_protocol_over_kafka_rebuilds_mysql(protocol, mariadb, mariadb_factory, tmp_path):
     database = f"e2e_kafka_{protocol.replace('-', '_')}"
     broker = KafkaBroker(tmp_path / "kafka").start()

@@ -59,3 +59,22 @@ def test_delete_batching_resolved_and_ddl():
     ddl = encoder().encode_ddl(DDLEvent(9, "test", "t1", "ALTER TABLE t1 ADD COLUMN c INT", "add column"))
     assert ddl.key == struct.pack(">Q", 1) + frame(b'{"ts":9,"scm":"test","tbl":"t1","t":2}')
     assert ddl.value == frame(b'{"q":"ALTER TABLE t1 ADD COLUMN c INT","t":5}')
+
+
+def test_binary_values_round_trip_through_go_quoting():
+    """Bytes that decode to non-printable runes are quoted as \\uHHHH by Go; they come back as the same bytes."""
+    from hypothesis import given, strategies
+
+    column = ColumnInfo("val", "varbinary", charset="binary", length=64)
+
+    @given(strategies.binary(max_size=48))
+    def round_trip(raw):
+        text = raw.decode("latin-1")
+        encoded = OpenProtocolEncoder(SinkConfig()).row_value(
+            TableInfo("s", "t", 1, (column,), 1, ()), RowChange(1, "s", "t", "insert", after=(text,)))
+        import json
+        sent = json.loads(encoded)["u"]["val"]
+        assert canonical_value(column, sent) == text
+
+    round_trip()
+    assert canonical_value(column, {"t": 15, "f": 1, "v": "k\\u0600\\x80"}) == "k\xd8\x80\x80"

@@ -263,11 +263,29 @@ def canonical_value(col: ColumnInfo, column: dict) -> Value:
     return str(value)
 
 
-def _go_unquote(text: str) -> bytes:
-    """Inverse of go_quote_bytes."""
-    import ast
+_GO_SIMPLE_ESCAPES = {"a": b"\a", "b": b"\b", "f": b"\f", "n": b"\n", "r": b"\r", "t": b"\t", "v": b"\v",
+                      "\\": b"\\", '"': b'"', "'": b"'"}
 
-    escaped = text.replace("'", "\\'")
-    result = ast.literal_eval("b'" + "".join(
-        ch if ord(ch) < 0x80 else "".join(f"\\x{b:02x}" for b in ch.encode("utf-8")) for ch in escaped) + "'")
-    return result
+
+def _go_unquote(text: str) -> bytes:
+    """Inverse of go_quote_bytes: `\\xHH` is one raw byte, `\\uHHHH`/`\\UHHHHHHHH` a rune in UTF-8."""
+    out = bytearray()
+    position = 0
+    while position < len(text):
+        ch = text[position]
+        if ch != "\\":
+            out += ch.encode("utf-8")
+            position += 1
+            continue
+        escape = text[position + 1]
+        if escape == "x":
+            out.append(int(text[position + 2:position + 4], 16))
+            position += 4
+        elif escape in "uU":
+            width = 4 if escape == "u" else 8
+            out += chr(int(text[position + 2:position + 2 + width], 16)).encode("utf-8")
+            position += 2 + width
+        else:
+            out += _GO_SIMPLE_ESCAPES[escape]
+            position += 2
+    return bytes(out)
