@@ -24,14 +24,20 @@ class SparkCDCError(Exception):
         return {"error_code": self.code, "error_msg": self.message}
 
 
-def _define(name: str, http_status: int = 400) -> type[SparkCDCError]:
-    return type(name, (SparkCDCError,), {"code": f"SPARKCDC:{name}", "http_status": http_status})
+def _define(name: str, http_status: int = 400, base: type[SparkCDCError] = SparkCDCError) -> type[SparkCDCError]:
+    return type(name, (base,), {"code": f"SPARKCDC:{name}", "http_status": http_status})
 
 
 ErrSinkURIInvalid = _define("ErrSinkURIInvalid")
 ErrSinkUnknownProtocol = _define("ErrSinkUnknownProtocol")
 ErrSinkUnsupported = _define("ErrSinkUnsupported")
 ErrInvalidReplicaConfig = _define("ErrInvalidReplicaConfig")
+# Filter errors: TiCDC's codes, each a kind of invalid replica config.
+ErrFilterRuleInvalid = _define("ErrFilterRuleInvalid", base=ErrInvalidReplicaConfig)
+ErrInvalidIgnoreEventType = _define("ErrInvalidIgnoreEventType", base=ErrInvalidReplicaConfig)
+ErrExpressionParseFailed = _define("ErrExpressionParseFailed", base=ErrInvalidReplicaConfig)
+ErrExpressionColumnNotFound = _define("ErrExpressionColumnNotFound", base=ErrInvalidReplicaConfig)
+ErrColumnSelectorFailed = _define("ErrColumnSelectorFailed", base=ErrInvalidReplicaConfig)
 ErrChangefeedNotExists = _define("ErrChangefeedNotExists", 400)
 ErrChangefeedAlreadyExists = _define("ErrChangefeedAlreadyExists")
 ErrChangefeedInvalidID = _define("ErrChangefeedInvalidID")

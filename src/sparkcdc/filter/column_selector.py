@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from sparkcdc.errors import ErrInvalidReplicaConfig
+from sparkcdc.errors import ErrColumnSelectorFailed
 from sparkcdc.filter.table_filter import FilterRuleError, TableFilter, _RuleParser
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 
@@ -59,7 +59,7 @@ class ColumnSelectors:
         for position, selector in enumerate(selectors):
             where = f"sink.column-selectors[{position}]"
             if not selector.matcher:
-                raise ErrInvalidReplicaConfig(f"`{where}.matcher` is empty; list the tables it applies to")
+                raise ErrColumnSelectorFailed(f"`{where}.matcher` is empty; list the tables it applies to")
             self._selectors.append(_Selector(
                 TableFilter(selector.matcher, case_sensitive, where=f"{where}.matcher"),
                 ColumnFilter(selector.columns, f"{where}.columns"),
@@ -85,7 +85,7 @@ class ColumnSelectors:
             kept_names = {table.columns[i].name for i in kept}
             dropped_keys = [name for name in table.handle_key if name not in kept_names]
             if dropped_keys:
-                raise ErrInvalidReplicaConfig(
+                raise ErrColumnSelectorFailed(
                     f"`{selector.where}` drops handle-key column {', '.join(dropped_keys)} of "
                     f"{table.schema}.{table.table}; keep the primary key or not-null unique key columns")
             return kept

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from sparkcdc.errors import ErrInvalidReplicaConfig
+from sparkcdc.errors import ErrFilterRuleInvalid, ErrInvalidIgnoreEventType
 from sparkcdc.filter.expression import BoundExpression, Expression, compile_expression
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
@@ -73,14 +73,14 @@ class _CompiledRule:
 def _compile_rule(rule, position: int, case_sensitive: bool, style_key) -> _CompiledRule:
     where = f"filter.event-filters[{position}]"
     if not rule.matcher:
-        raise ErrInvalidReplicaConfig(f"`{where}.{style_key('matcher')}` is empty; list the tables "
+        raise ErrFilterRuleInvalid(f"`{where}.{style_key('matcher')}` is empty; list the tables "
                                       "the rule applies to, e.g. [\"db.*\"]")
     matcher = TableFilter(rule.matcher, case_sensitive, where=f"{where}.{style_key('matcher')}")
     events = set()
     for index, name in enumerate(rule.ignore_event):
         normalized = " ".join(name.lower().split())
         if normalized not in SUPPORTED_EVENT_TYPES:
-            raise ErrInvalidReplicaConfig(
+            raise ErrInvalidIgnoreEventType(
                 f"`{where}.{style_key('ignore_event')}[{index}]` is {name!r}; 'ignore-event' accepts "
                 f"only [{', '.join(SUPPORTED_EVENT_TYPES)}]")
         events.add(_ALIASES.get(normalized, normalized))
@@ -90,7 +90,7 @@ def _compile_rule(rule, position: int, case_sensitive: bool, style_key) -> _Comp
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ErrInvalidReplicaConfig(
+                raise ErrFilterRuleInvalid(
                     f"`{where}.{style_key('ignore_sql')}[{index}]` {pattern!r} is not a valid "
                     f"regular expression: {exc}") from None
         sql = re.compile("|".join(f"(?:{p})" for p in rule.ignore_sql), re.IGNORECASE)
@@ -123,7 +123,7 @@ class EventFilter:
         return False
 
     def filter_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> list[RowChange]:
-        """The rows no rule ignores. ExpressionError when an expression reads a missing column."""
+        """The rows no rule ignores. ExpressionColumnError (ErrExpressionColumnNotFound) when an expression reads a missing column."""
         checks = self._checks_for(table)
         if not checks:
             return list(rows)

@@ -6,6 +6,9 @@ Evaluation is plain Python over a row's canonical values typed by the TableInfo,
 rules: three-valued logic with NULL, a string compared with a number is read as a number
 (`'12abc'` is 12), integers and decimals compare exactly, division by zero is NULL, and string
 comparison is binary (TiDB's default utf8mb4_bin collation, which TiCDC evaluates with).
+DATE, DATETIME, TIMESTAMP and TIME columns compare as temporal values (filter/temporal.py): a
+string constant is read as a date/time of the column's kind, a number compares with the value's
+numeric form. TIMESTAMP values are the UTC text the pipeline carries.
 """
 
 from __future__ import annotations
@@ -19,14 +22,20 @@ from typing import Any, Callable, Optional, Sequence
 import sqlglot
 from sqlglot import exp
 
-from sparkcdc.errors import ErrInvalidReplicaConfig
+from sparkcdc.errors import ErrExpressionColumnNotFound, ErrExpressionParseFailed
+from sparkcdc.filter import temporal
+from sparkcdc.filter.temporal import Temporal
 from sparkcdc.model.events import INTEGER_TYPES, TableInfo
 
 SqlValue = Any  # None | int | Decimal | float | str
 
 
-class ExpressionError(ErrInvalidReplicaConfig):
+class ExpressionError(ErrExpressionParseFailed):
     """An expression sparkcdc cannot evaluate; raised at changefeed creation."""
+
+
+class ExpressionColumnError(ErrExpressionColumnNotFound):
+    """An expression reads a column its table does not have."""
 
 
 _NUMBER_PREFIX = re.compile(r"^\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
@@ -38,6 +47,8 @@ def to_number(value: SqlValue) -> int | Decimal | float:
         return int(value)
     if isinstance(value, (int, Decimal, float)):
         return value
+    if isinstance(value, Temporal):
+        return value.as_number()
     found = _NUMBER_PREFIX.match(value)
     if not found:
         return 0
@@ -60,6 +71,10 @@ def compare(a: SqlValue, b: SqlValue) -> Optional[int]:
     """-1, 0, 1, or None when either side is NULL."""
     if a is None or b is None:
         return None
+    if isinstance(a, Temporal) or isinstance(b, Temporal):
+        result = temporal.compare_temporal(a, b)
+        if result is not None:
+            return result
     if isinstance(a, str) and isinstance(b, str):
         return (a > b) - (a < b)
     x, y = _common(to_number(a), to_number(b))
@@ -243,7 +258,7 @@ class Expression:
         positions = {c.name.lower(): i for i, c in enumerate(table.columns)}
         missing = sorted(c for c in self.columns if c not in positions)
         if missing:
-            raise ExpressionError(
+            raise ExpressionColumnError(
                 f"expression {self.text!r} reads column {', '.join(missing)} which "
                 f"{table.schema}.{table.table} does not have; fix the event filter's matcher or expression")
         converters = {name: _typed(table.columns[i]) for name, i in positions.items()}
@@ -274,6 +289,9 @@ def _typed(column) -> Callable[[str], SqlValue]:
         return Decimal
     if base in ("float", "double"):
         return float
+    if base in temporal.KIND_OF_TYPE:
+        kind = temporal.KIND_OF_TYPE[base]
+        return lambda text: Temporal(text, kind)
     return str
 
 
@@ -416,6 +434,13 @@ def _and3(a: Optional[bool], b: Optional[bool]) -> Optional[int]:
     return None if a is None or b is None else 1
 
 
+_TEMPORAL_CASTS = {
+    temporal.DATE: (exp.DataType.Type.DATE,),
+    temporal.DATETIME: (exp.DataType.Type.DATETIME, exp.DataType.Type.TIMESTAMP, exp.DataType.Type.TIMESTAMPTZ),
+    temporal.TIME: (exp.DataType.Type.TIME,),
+}
+
+
 def _cast(value: SqlValue, to: exp.DataType) -> SqlValue:
     if value is None:
         return None
@@ -428,6 +453,9 @@ def _cast(value: SqlValue, to: exp.DataType) -> SqlValue:
         return float(to_number(value))
     if to.is_type(*exp.DataType.TEXT_TYPES, exp.DataType.Type.CHAR):
         return to_text(value)
+    for kind, types in _TEMPORAL_CASTS.items():
+        if to.is_type(*types):
+            return temporal.cast(value, kind)
     raise ExpressionError(f"CAST to {to.sql('mysql')} is not supported")
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Iterable, Optional, Sequence
 
-from sparkcdc.errors import ErrInvalidReplicaConfig
+from sparkcdc.errors import ErrFilterRuleInvalid
 
 # TiCDC's filter.IsSysSchema: these schemas never replicate.
 SYSTEM_SCHEMAS = frozenset(
@@ -28,7 +28,7 @@ _BACKQUOTED = re.compile(r"`(?:``|[^`])+`")
 _WILDCARD_RANGE = re.compile(r"\[!?(?:\\[^0-9a-zA-Z]|[^\\\]])+\]")
 
 
-class FilterRuleError(ErrInvalidReplicaConfig):
+class FilterRuleError(ErrFilterRuleInvalid):
     """A malformed rule; the message names the rule and the 1-based character position."""
 
 
