@@ -71,6 +71,39 @@ def test_unparseable_ddl_stops_the_changefeed_unless_skipped():
     assert not should_replicate(ddl, ALL, DDLPolicy(skip_unparseable=True))
 
 
+@pytest.mark.parametrize("query, schema, table", [
+    ("ALTER TABLE t FROBNICATE", "db", "t"),
+    ("ALTER ONLINE TABLE other.t ADD PERIOD FOR p(a, b)", "other", "t"),
+    ("CREATE TABLE IF NOT EXISTS `we ird` (a INT, ???)", "db", "we ird"),
+    ("CREATE UNIQUE INDEX i ON other.t3 ((a + 1))", "other", "t3"),
+    ("DROP DATABASE IF EXISTS gone FROBNICATE", "gone", ""),
+])
+def test_unparseable_ddl_names_its_target(query, schema, table):
+    ddl = SchemaStore(Catalog()).apply(query, "db", 3, "f:1").event
+    assert ddl.ddl_type == T.UNPARSEABLE
+    assert (ddl.schema, ddl.table, ddl.extra.get("target_known")) == (schema, table, True)
+
+
+def test_unparseable_ddl_outside_the_filter_does_not_stop_the_changefeed():
+    ddl = SchemaStore(Catalog()).apply("ALTER TABLE other.t FROBNICATE", "db", 77, "f:9").event
+    only_db = TableFilter(["db.*"]).match_event
+    assert should_replicate(ddl, only_db) is False  # another database: ignored, the changefeed goes on
+    with pytest.raises(ErrDDLUnparseable, match="f:9"):
+        should_replicate(ddl, TableFilter(["other.*"]).match_event)
+    # A database-level DDL is held against the database: excluded only when no rule can match it.
+    dropped = SchemaStore(Catalog()).apply("DROP DATABASE other FROBNICATE", "db", 78, "f:10").event
+    assert should_replicate(dropped, only_db) is False
+    with pytest.raises(ErrDDLUnparseable):
+        should_replicate(dropped, TableFilter(["other.t"]).match_event)
+
+
+def test_unparseable_ddl_without_a_readable_target_stops_every_changefeed():
+    ddl = SchemaStore(Catalog()).apply("ALTER TABLE", "db", 79, "f:11").event
+    assert ddl.ddl_type == T.UNPARSEABLE and not ddl.extra.get("target_known")
+    with pytest.raises(ErrDDLUnparseable):
+        should_replicate(ddl, TableFilter(["nothing.*"]).match_event)
+
+
 def test_ddl_on_an_unknown_table_is_reported_not_guessed():
     outcome = SchemaStore(Catalog()).apply("ALTER TABLE nowhere ADD COLUMN c INT", "db", 5, "f:1")
     assert outcome.event.ddl_type == T.UNPARSEABLE and "not in the schema store" in outcome.event.extra["error"]

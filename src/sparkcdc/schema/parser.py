@@ -1256,3 +1256,46 @@ def parse(sql: str, default_schema: str) -> ParsedDDL:
     if parsed.ops and any(isinstance(op, _Many) for op in parsed.ops):
         parsed = ParsedDDL(**{**parsed.__dict__, "ops": _flatten(parsed.ops)})
     return parsed
+
+
+_OBJECT_WORDS = ("TABLE", "DATABASE", "SCHEMA", "ON")
+
+
+def guess_target(sql: str, default_schema: str) -> Optional[TableName]:
+    """The object a DDL the grammar rejects is about, read leniently from its head: the name after
+    the first TABLE (or INDEX ... ON), or a database (`table` empty) after DATABASE/SCHEMA.
+    None when even that cannot be read. Used only to decide whether a changefeed's filter
+    excludes an unparseable DDL; never to change a schema."""
+    try:
+        head = _Parser(sql, default_schema)
+    except DDLParseError:  # a token the lexer rejects: names come before the first parenthesis
+        try:
+            head = _Parser(sql.split("(", 1)[0], default_schema)
+        except DDLParseError:
+            return None
+    if head.peek_word() not in ("ALTER", "CREATE", "DROP", "TRUNCATE", "RENAME"):
+        return None
+    if head.peek_word() == "TRUNCATE" and head.peek_word(1) != "TABLE":
+        head.next()
+        return _name_or_none(head)
+    while not head.at_end():
+        word = head.next().upper
+        if word not in _OBJECT_WORDS:
+            continue
+        if word == "ON" and head.peek_word() in ("UPDATE", "DELETE"):  # not CREATE INDEX ... ON
+            continue
+        head.accept("IF", "NOT", "EXISTS") or head.accept("IF", "EXISTS")
+        if word in ("DATABASE", "SCHEMA"):
+            try:
+                return TableName(head.identifier(), "")
+            except DDLParseError:
+                return None
+        return _name_or_none(head)
+    return None
+
+
+def _name_or_none(head: _Parser) -> Optional[TableName]:
+    try:
+        return head.table_name()
+    except DDLParseError:
+        return None

@@ -42,6 +42,11 @@ def should_replicate(
     """Whether `ddl` goes to the sink. Raises for DDLs TiCDC refuses (illegal renames, unparseable)."""
     if ddl.ddl_type == T.UNPARSEABLE:
         where = f"the DDL at binlog {ddl.extra.get('position', '?')} (commit-ts {ddl.commit_ts})"
+        if ddl.extra.get("target_known") and not _matches(ddl, table_filter):
+            # About a table (or database) this changefeed does not replicate: nothing to follow.
+            log.warning("ignoring %s: its schema store could not follow it, but the changefeed's filter "
+                        "excludes %s; query: %r", where, f"{ddl.schema}.{ddl.table}".rstrip("."), ddl.query)
+            return False
         if policy.skip_unparseable:
             log.error("skip-unparseable-ddl: skipping %s: %s; query: %r", where, ddl.extra.get("error", ""), ddl.query)
             return False

@@ -15,7 +15,7 @@ from typing import Optional
 from sparkcdc.model.events import DDLEvent, TableInfo
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.catalog import Catalog, SchemaApplyError, TableDef, apply_ddl
-from sparkcdc.schema.parser import DDLParseError, ParsedDDL, looks_like_ddl, parse
+from sparkcdc.schema.parser import DDLParseError, ParsedDDL, guess_target, looks_like_ddl, parse
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,12 @@ class SchemaStore:
         extra = {"error": error, "position": position}
         if parsed_type:
             extra["parsed_type"] = parsed_type
-        return DDLOutcome(DDLEvent(commit_ts, default_schema, "", query, T.UNPARSEABLE, extra=extra))
+        schema, table = default_schema, ""
+        target = guess_target(query, default_schema)
+        if target is not None:  # lets a changefeed whose filter excludes it go on (rules.py)
+            schema, table = target.schema, target.table
+            extra["target_known"] = True
+        return DDLOutcome(DDLEvent(commit_ts, schema, table, query, T.UNPARSEABLE, extra=extra))
 
     def _event(self, parsed: ParsedDDL, query: str, default_schema: str, commit_ts: int,
                pre: dict[tuple[str, str], Optional[TableDef]]) -> DDLEvent:
