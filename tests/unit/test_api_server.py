@@ -17,6 +17,9 @@ class FakeController:
     def __init__(self):
         self.started, self.stopped, self.validated = [], [], []
         self.fail_start = False
+        self.resolved_ts = NOW
+        self.last_synced = NOW
+        self.meta_rows = []
 
     def validate(self, sink_uri, config):
         classify_sink_uri(sink_uri)
@@ -46,6 +49,31 @@ class FakeController:
 
     def verify_tables(self, config, start_ts):
         return [], []
+
+    def list_captures(self):
+        return [{"id": "cap-1", "is_owner": True, "address": "127.0.0.1:8300", "cluster_id": "default"}]
+
+    def processors(self):
+        return [("default", changefeed_id, "cap-1") for changefeed_id in self.running()]
+
+    def running(self):
+        started = [cf for cf in self.started]
+        for cf in self.stopped:
+            if cf in started:
+                started.remove(cf)
+        return sorted(set(started))
+
+    def processor_table_ids(self, info):
+        return [11, 12]
+
+    def puller_resolved_ts(self):
+        return self.resolved_ts
+
+    def last_synced_ts(self, checkpoint_ts):
+        return min(self.last_synced, checkpoint_ts)
+
+    def metadata(self):
+        return self.meta_rows
 
 
 @pytest.fixture
@@ -148,7 +176,7 @@ def test_unknown_route_and_method(api):
     status, error = call(api, "DELETE", "/api/v2/changefeeds")
     assert status == 405 and "error_code" in error
     status, error = call(api, "GET", "/api/v2/changefeeds/missing")
-    assert status == 400 and error["error_code"] == "SPARKCDC:ErrChangefeedNotExists"
+    assert status == 404 and error["error_code"] == "SPARKCDC:ErrChangefeedNotExists"
 
 
 def test_pause_update_resume_remove(api):
@@ -178,8 +206,8 @@ def test_pause_update_resume_remove(api):
     assert status == 400 and error["error_code"] == "SPARKCDC:ErrChangefeedUpdateRefused"
     assert call(api, "DELETE", "/api/v2/changefeeds/cf-1") == (200, {})
     assert api.controller.stopped == ["cf-1", "cf-1"]
-    assert call(api, "GET", "/api/v2/changefeeds/cf-1")[0] == 400
-    assert call(api, "DELETE", "/api/v2/changefeeds/cf-1")[0] == 400
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1")[0] == 404
+    assert call(api, "DELETE", "/api/v2/changefeeds/cf-1")[0] == 404
 
 
 def test_failed_state_is_visible_and_resume_clears_error(api):
@@ -204,5 +232,88 @@ def test_list_filters_state_and_namespace(api):
     assert [i["id"] for i in call(api, "GET", "/api/v2/changefeeds")[1]["items"]] == ["b"]
     assert len(call(api, "GET", "/api/v2/changefeeds?state=all")[1]["items"]) == 2
     assert [i["id"] for i in call(api, "GET", "/api/v2/changefeeds?state=all&namespace=ns2")[1]["items"]] == ["b"]
-    assert call(api, "GET", "/api/v2/changefeeds/b")[0] == 400
+    assert call(api, "GET", "/api/v2/changefeeds/b")[0] == 404
     assert call(api, "GET", "/api/v2/changefeeds/b?namespace=ns2")[1]["namespace"] == "ns2"
+
+
+def test_openapi_document_is_served_and_matches_docs(api):
+    from pathlib import Path
+
+    from sparkcdc.api.openapi import openapi_json
+
+    status, document = call(api, "GET", "/api/v2/openapi.json")
+    assert status == 200 and document["openapi"].startswith("3.")
+    docs = Path(__file__).parents[2] / "docs" / "openapi.json"
+    assert docs.read_text() == openapi_json(), "docs/openapi.json is stale: regenerate it (see docs/api.md)"
+    # Every route the server dispatches is documented, with the same method.
+    documented = {(method.upper(), path) for path, ops in document["paths"].items() for method in ops}
+    for method, pattern, _ in api.api._routes:
+        path = pattern.pattern.removesuffix("/?$").replace("(?P<changefeed_id>[^/]+)", "{changefeed_id}") \
+            .replace("(?P<capture_id>[^/]+)", "{capture_id}")
+        assert (method, path) in documented, (method, path)
+
+
+def test_meta_info_processors_and_log_level(api):
+    import logging
+
+    create(api)
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1/meta_info")[1] == call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    assert call(api, "GET", "/api/v2/processors")[1] == {
+        "total": 1, "items": [{"namespace": "default", "changefeed_id": "cf-1", "capture_id": "cap-1"}]}
+    assert call(api, "GET", "/api/v2/processors/cf-1/cap-1") == (200, {"table_ids": [11, 12]})
+    status, error = call(api, "GET", "/api/v2/processors/cf-1/cap-9")
+    assert status == 404 and error["error_code"] == "SPARKCDC:ErrProcessorNotExists"
+    assert call(api, "GET", "/api/v2/processors/nope/cap-1")[0] == 404
+
+    root = logging.getLogger()
+    before = root.level
+    try:
+        assert call(api, "POST", "/api/v2/log", {"log_level": "debug"}) == (200, {})
+        assert root.level == logging.DEBUG
+        status, error = call(api, "POST", "/api/v2/log", {"log_level": "loud"})
+        assert status == 400 and "debug, info, warn" in error["error_msg"]
+        assert call(api, "POST", "/api/v2/log")[0] == 400
+    finally:
+        root.setLevel(before)
+
+
+def test_unsafe_metadata_and_config_mask_secrets(api):
+    create(api, replica_config={"sink": {"kafka_config": {"sasl_password": "hunter2", "sasl_user": "bob"}}})
+    info = call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    kafka_config = info["config"]["sink"]["kafka_config"]
+    assert kafka_config["sasl_password"] == "xxxxx" and kafka_config["sasl_user"] == "bob"
+    assert "hunter2" not in json.dumps(info)
+    api.controller.meta_rows = [("k1", json.dumps({"sink_uri": SINK, "password": "pw"})), ("k2", "plain")]
+    rows = call(api, "GET", "/api/v2/unsafe/metadata")[1]
+    assert [row["key"] for row in rows] == ["k1", "k2"] and rows[1]["value"] == "plain"
+    assert "secret" not in rows[0]["value"] and '"pw"' not in rows[0]["value"]
+    assert json.loads(rows[0]["value"]) == {"sink_uri": "mysql://root:xxxxx@127.0.0.1:3306/", "password": "xxxxx"}
+
+
+def test_synced_route(api):
+    create(api)  # TiCDC's default synced_status: 300 s without writes, checkpoint within 15 s
+    api.controller.last_synced = tso.compose(1_700_000_000_000 - 400_000)
+    status, body = call(api, "GET", "/api/v2/changefeeds/cf-1/synced")
+    assert status == 200 and body["synced"] is True and body["info"] == "Data syncing is finished"
+    assert body["sink_checkpoint_ts"] == tso.format_time(NOW)
+    assert body["last_synced_ts"] == tso.format_time(api.controller.last_synced)
+    assert call(api, "GET", "/api/v2/changefeeds/missing/synced")[0] == 404
+
+
+@pytest.mark.parametrize("ago_synced_s, checkpoint_lag_s, puller_lead_s, synced, info_start", [
+    (400, 5, 0, True, "Data syncing is finished"),
+    (100, 5, 0, False, "The data syncing is not finished"),     # written recently
+    (400, 60, 60, False, "The data syncing is not finished"),   # the puller is far ahead: still catching up
+    (400, 60, 0, False, "The checkpoint is behind now"),        # nothing to catch up: is the upstream alive?
+])
+def test_synced_status_cases(ago_synced_s, checkpoint_lag_s, puller_lead_s, synced, info_start):
+    from sparkcdc.api.server import synced_status
+
+    now_ms = 1_700_000_000_000
+    checkpoint = tso.compose(now_ms - checkpoint_lag_s * 1000)
+    status = synced_status(now_ms=now_ms, checkpoint_ts=checkpoint,
+                           puller_resolved_ts=tso.compose(now_ms - (checkpoint_lag_s - puller_lead_s) * 1000),
+                           last_synced_ts=tso.compose(now_ms - ago_synced_s * 1000),
+                           synced_check_interval_s=300, checkpoint_interval_s=15)
+    assert status["synced"] is synced and status["info"].startswith(info_start)
+    assert status["now_ts"] == tso.format_time(tso.compose(now_ms))

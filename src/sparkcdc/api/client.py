@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import Any, Optional
 from urllib.parse import quote, urlencode
 
 from sparkcdc import errors
@@ -21,12 +23,17 @@ class RemoteError(errors.SparkCDCError):
 
 
 class APIClient:
-    def __init__(self, server: str, timeout: float = 30.0):
+    """`ssl_context` for an https server (CA, client certificate); `user`/`password` for basic auth."""
+
+    def __init__(self, server: str, timeout: float = 30.0, ssl_context: Optional[ssl.SSLContext] = None,
+                 user: str = "", password: str = ""):
         server = server.rstrip("/")
         if "://" not in server:
-            server = "http://" + server
+            server = ("https://" if ssl_context is not None else "http://") + server
         self.server = server
         self.timeout = timeout
+        self._ssl_context = ssl_context
+        self._authorization = ("Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()) if user else None
 
     def request(self, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
         params = {k: v for k, v in (query or {}).items() if v is not None}
@@ -35,8 +42,10 @@ class APIClient:
         req = urllib.request.Request(url, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        if self._authorization:
+            req.add_header("Authorization", self._authorization)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with urllib.request.urlopen(req, timeout=self.timeout, context=self._ssl_context) as resp:
                 payload = resp.read()
         except urllib.error.HTTPError as exc:
             raise _remote_error(exc.code, exc.read()) from None
@@ -78,6 +87,19 @@ class APIClient:
 
     def query_tso(self) -> dict:
         return self.request("POST", "/api/v2/tso", {})
+
+    def list_processors(self) -> dict:
+        return self.request("GET", "/api/v2/processors")
+
+    def get_processor(self, changefeed_id: str, capture_id: str, namespace: str) -> dict:
+        return self.request("GET", "/api/v2/processors/" + quote(changefeed_id, safe="") + "/"
+                            + quote(capture_id, safe=""), query={"namespace": namespace})
+
+    def changefeed_synced(self, changefeed_id: str, namespace: str) -> dict:
+        return self.request("GET", _cf(changefeed_id) + "/synced", query={"namespace": namespace})
+
+    def unsafe_metadata(self) -> list:
+        return self.request("GET", "/api/v2/unsafe/metadata")
 
 
 def _cf(changefeed_id: str) -> str:

@@ -11,12 +11,14 @@ import json
 import logging
 import os
 import re
+import ssl
 import threading
+import time
 import urllib.request
 import uuid
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import sparkcdc
@@ -26,12 +28,17 @@ from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
+from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier
 
 log = logging.getLogger(__name__)
 
 CHANGEFEED_ID_PATTERN = re.compile(r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$")
 DEFAULT_NAMESPACE = "default"
 MAX_BODY_BYTES = 16 << 20
+OPENAPI_PATH = "/api/v2/openapi.json"
+# TiCDC's log levels (zap) and the Python level each maps to.
+LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR,
+              "dpanic": logging.CRITICAL, "panic": logging.CRITICAL, "fatal": logging.CRITICAL}
 
 # TiCDC's model.AdminJobType as the API reports it.
 _ADMIN_JOB_NONE, _ADMIN_JOB_STOP = 0, 1
@@ -51,6 +58,12 @@ class ChangefeedController(Protocol):
     def stop(self, namespace: str, id: str) -> None: ...
     def capture_info(self) -> dict: ...
     def verify_tables(self, config: ReplicaConfig, start_ts: int | str) -> tuple[list, list]: ...
+    def list_captures(self) -> list[dict]: ...
+    def processors(self) -> list[tuple[str, str, str]]: ...
+    def processor_table_ids(self, info: ChangefeedInfo) -> list[int]: ...
+    def puller_resolved_ts(self) -> int: ...
+    def last_synced_ts(self, checkpoint_ts: int) -> int: ...
+    def metadata(self) -> list[tuple[str, str]]: ...
 
 
 class _Request:
@@ -138,11 +151,18 @@ class OpenAPI:
             ("PUT", cf, self.update_changefeed),
             ("DELETE", cf, self.delete_changefeed),
             ("GET", cf + r"/status", self.changefeed_status),
+            ("GET", cf + r"/meta_info", self.get_changefeed),
+            ("GET", cf + r"/synced", self.changefeed_synced),
             ("POST", cf + r"/pause", self.pause_changefeed),
             ("POST", cf + r"/resume", self.resume_changefeed),
             ("GET", r"/api/v2/captures", self.list_captures),
             ("POST", r"/api/v2/captures/(?P<capture_id>[^/]+)/drain", self.drain_capture),
+            ("GET", r"/api/v2/processors", self.list_processors),
+            ("GET", r"/api/v2/processors/(?P<changefeed_id>[^/]+)/(?P<capture_id>[^/]+)", self.get_processor),
             ("POST", r"/api/v2/owner/resign", self.resign_owner),
+            ("POST", r"/api/v2/log", self.set_log_level),
+            ("GET", r"/api/v2/unsafe/metadata", self.unsafe_metadata),
+            ("GET", OPENAPI_PATH, self.openapi_document),
             ("POST", r"/api/v2/tso", self.query_tso),
             ("POST", r"/api/v2/verify_table", self.verify_table),
         ]:
@@ -185,13 +205,41 @@ class OpenAPI:
         })
 
     def list_captures(self, request: _Request) -> _Response:
-        if hasattr(self.controller, "list_captures"):
-            items = self.controller.list_captures()
-        else:
-            capture = self.controller.capture_info()
-            items = [{"id": capture.get("id", ""), "is_owner": True, "address": capture.get("address", ""),
-                      "cluster_id": capture.get("cluster_id", "default")}]
+        items = self.controller.list_captures()
         return _ok({"total": len(items), "items": items})
+
+    def list_processors(self, request: _Request) -> _Response:
+        """One processor per (changefeed, capture) that runs it, as TiCDC's ProcessorCommonInfo."""
+        items = [{"namespace": namespace, "changefeed_id": changefeed_id, "capture_id": capture_id}
+                 for namespace, changefeed_id, capture_id in self.controller.processors()]
+        return _ok({"total": len(items), "items": items})
+
+    def get_processor(self, request: _Request, changefeed_id: str, capture_id: str) -> _Response:
+        info = self.store.get_changefeed(request.namespace, changefeed_id)
+        if (info.namespace, info.id, capture_id) not in set(self.controller.processors()):
+            raise errors.ErrProcessorNotExists(
+                f"capture {capture_id} does not run changefeed {info.namespace}/{changefeed_id}; "
+                f"`sparkcdc cli processor list` shows which capture does")
+        return _ok({"table_ids": self.controller.processor_table_ids(info)})
+
+    def set_log_level(self, request: _Request) -> _Response:
+        body = request.json(required=True, allowed=("log_level",))
+        level = _str_field(body, "log_level").lower()
+        if level not in LOG_LEVELS:
+            raise errors.ErrAPIInvalidParam(
+                f"log_level {body.get('log_level')!r} is not one of {', '.join(LOG_LEVELS)}")
+        logging.getLogger().setLevel(LOG_LEVELS[level])
+        log.warning("log level changed to %s", level)
+        return _ok()
+
+    def unsafe_metadata(self, request: _Request) -> _Response:
+        """TiCDC's `unsafe show-metadata`: every metadata key and value, secrets masked."""
+        return _ok([{"key": key, "value": mask_secrets_in_text(value)} for key, value in self.controller.metadata()])
+
+    def openapi_document(self, request: _Request) -> _Response:
+        from sparkcdc.api.openapi import openapi_document
+
+        return _ok(openapi_document())
 
     def drain_capture(self, request: _Request, capture_id: str) -> _Response:
         """TiCDC's DrainCaptureResp: how many changefeeds the capture still runs (0 = drained)."""
@@ -301,6 +349,19 @@ class OpenAPI:
             "last_warning": info.error if info.state == "warning" else None,
         })
 
+    def changefeed_synced(self, request: _Request, changefeed_id: str) -> _Response:
+        info = self.store.get_changefeed(request.namespace, changefeed_id)
+        status = self.store.get_status(request.namespace, changefeed_id)
+        intervals = (info.config or {}).get("synced_status") or {}
+        return _ok(synced_status(
+            now_ms=tso.physical_ms(self.controller.current_tso()),
+            checkpoint_ts=status.checkpoint_ts,
+            puller_resolved_ts=self.controller.puller_resolved_ts(),
+            last_synced_ts=self.controller.last_synced_ts(status.checkpoint_ts),
+            synced_check_interval_s=int(intervals.get("synced_check_interval") or 300),
+            checkpoint_interval_s=int(intervals.get("checkpoint_interval") or 15),
+        ))
+
     def update_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
         body = request.json(required=True, allowed=("target_ts", "sink_uri", "replica_config", "namespace")
                             + _PD_ONLY_FIELDS)
@@ -380,7 +441,7 @@ class OpenAPI:
             "start_ts": info.start_ts,
             "target_ts": info.target_ts,
             "admin_job_type": _ADMIN_JOB_STOP if info.state == "stopped" else _ADMIN_JOB_NONE,
-            "config": info.config,
+            "config": mask_secrets(info.config),
             "state": info.state,
             "error": info.error,
             "creator_version": info.creator_version,
@@ -389,6 +450,61 @@ class OpenAPI:
             "checkpoint_time": tso.format_time(status.checkpoint_ts),
             "task_status": [],
         }
+
+
+def synced_status(now_ms: int, checkpoint_ts: int, puller_resolved_ts: int, last_synced_ts: int,
+                  synced_check_interval_s: int, checkpoint_interval_s: int) -> dict:
+    """TiCDC's SyncedStatus: synced once nothing was written for `synced_check_interval` and the
+    checkpoint is within `checkpoint_interval` of now (tiflow cdc/api/v2/changefeed.go synced)."""
+    since_last_sync_ms = now_ms - tso.physical_ms(last_synced_ts)
+    checkpoint_lag_ms = now_ms - tso.physical_ms(checkpoint_ts)
+    puller_lead_ms = tso.physical_ms(puller_resolved_ts) - tso.physical_ms(checkpoint_ts)
+    synced = False
+    if since_last_sync_ms > synced_check_interval_s * 1000 and checkpoint_lag_ms < checkpoint_interval_s * 1000:
+        synced, message = True, "Data syncing is finished"
+    elif since_last_sync_ms > synced_check_interval_s * 1000 and puller_lead_ms < checkpoint_interval_s * 1000:
+        message = ("The checkpoint is behind now although nothing was written recently: check that the "
+                   "upstream database is reachable and its binlog advances (sparkcdc's puller resolved ts); "
+                   "if the upstream is down, the data syncing is complete")
+    else:
+        message = "The data syncing is not finished, please wait"
+    return {
+        "synced": synced,
+        "sink_checkpoint_ts": tso.format_time(checkpoint_ts),
+        "puller_resolved_ts": tso.format_time(puller_resolved_ts),
+        "last_synced_ts": tso.format_time(last_synced_ts),
+        "now_ts": tso.format_time(tso.compose(now_ms)),
+        "info": message,
+    }
+
+
+_SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|private[-_]?key)", re.IGNORECASE)
+_URI_KEY = re.compile(r"(^|[-_])uri$", re.IGNORECASE)
+
+
+def mask_secrets(document: Any) -> Any:
+    """A copy of a JSON document with passwords, secrets and URI credentials replaced by xxxxx."""
+    if isinstance(document, dict):
+        masked = {}
+        for key, value in document.items():
+            if isinstance(value, str) and value and _SECRET_KEY.search(str(key)):
+                masked[key] = "xxxxx"
+            elif isinstance(value, str) and ("://" in value or _URI_KEY.search(str(key))):
+                masked[key] = mask_sink_uri(value)
+            else:
+                masked[key] = mask_secrets(value)
+        return masked
+    if isinstance(document, list):
+        return [mask_secrets(value) for value in document]
+    return document
+
+
+def mask_secrets_in_text(text: str) -> str:
+    """`mask_secrets` for a stored value that is JSON, or a bare URI."""
+    try:
+        return json.dumps(mask_secrets(json.loads(text)), sort_keys=True)
+    except (ValueError, TypeError):
+        return mask_sink_uri(text) if "://" in text else text
 
 
 def sparkcdc_version() -> str:
@@ -442,27 +558,45 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "sparkcdc"
     protocol_version = "HTTP/1.1"
     api: OpenAPI  # set on the subclass made per server
+    authenticator: Optional[ClientAuthenticator]
 
     def _handle(self) -> None:
+        started = time.monotonic()
         length_header = self.headers.get("Content-Length") or "0"
         try:
             length = int(length_header)
         except ValueError:
             length = -1
+        url = urlsplit(self.path)
         if length < 0 or length > MAX_BODY_BYTES:
             response = _error_response(400, errors.ErrAPIInvalidParam.code,
                                        f"bad Content-Length {length_header!r} (at most {MAX_BODY_BYTES} bytes)")
             self.close_connection = True
         else:
             body = self.rfile.read(length) if length else b""
-            url = urlsplit(self.path)
-            response = self.api.dispatch(_Request(self.command, url.path, parse_qs(url.query), body))
+            response = self._authenticate() or self.api.dispatch(
+                _Request(self.command, url.path, parse_qs(url.query), body))
         payload = json.dumps(response.body).encode()
         self.send_response(response.status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
+        if response.status == 401:
+            self.send_header("WWW-Authenticate", 'Basic realm="sparkcdc"')
         self.end_headers()
         self.wfile.write(payload)
+        # TiCDC's LogMiddleware: method, path, status and time; never the body or the headers.
+        log.info("%s %s %d %.1fms from %s", self.command, url.path, response.status,
+                 (time.monotonic() - started) * 1000, self.client_address[0])
+
+    def _authenticate(self) -> Optional[_Response]:
+        """Writes need a client user when security.client-user-required; reads do not (as in TiCDC)."""
+        if self.authenticator is None or self.command == "GET":
+            return None
+        try:
+            self.authenticator.check(self.headers.get("Authorization"))
+        except errors.SparkCDCError as exc:
+            return _Response(exc.http_status, exc.to_json())
+        return None
 
     do_GET = do_POST = do_PUT = do_DELETE = _handle
 
@@ -470,14 +604,47 @@ class _Handler(BaseHTTPRequestHandler):
         log.debug("%s - %s", self.address_string(), format % args)
 
 
-class ApiServer:
-    """The Open API on a ThreadingHTTPServer; `start()` serves from a daemon thread."""
+class _TLSServer(ThreadingHTTPServer):
+    """Wraps each accepted connection in TLS in its own thread, so a slow handshake blocks only it."""
 
-    def __init__(self, host: str, port: int, api: OpenAPI):
-        handler = type("OpenAPIHandler", (_Handler,), {"api": api})
+    daemon_threads = True
+    security: SecurityConfig
+    ssl_context: Optional[ssl.SSLContext] = None
+
+    def finish_request(self, request, client_address) -> None:
+        if self.ssl_context is not None:
+            request.settimeout(30)
+            try:
+                request = self.ssl_context.wrap_socket(request, server_side=True)
+            except (ssl.SSLError, OSError) as exc:
+                log.warning("TLS handshake with %s failed: %s", client_address[0], exc)
+                return
+            if not self.security.allowed_peer(request.getpeercert()):
+                subject = dict(rdn[0] for rdn in (request.getpeercert() or {}).get("subject", ()))
+                log.warning("refused %s: certificate CN %r is not in cert-allowed-cn %s", client_address[0],
+                            subject.get("commonName"), list(self.security.cert_allowed_cn))
+                request.close()
+                return
+            request.settimeout(None)
+        super().finish_request(request, client_address)
+
+
+class ApiServer:
+    """The Open API on a ThreadingHTTPServer (TLS when configured); `start()` serves from a thread."""
+
+    def __init__(self, host: str, port: int, api: OpenAPI, security: SecurityConfig = SecurityConfig(),
+                 verify_user: Optional[UserVerifier] = None):
+        authenticator = None
+        if security.client_user_required:
+            if verify_user is None:
+                raise errors.ErrSecurityConfig("client-user-required needs a way to check passwords")
+            authenticator = ClientAuthenticator(security, verify_user)
+        handler = type("OpenAPIHandler", (_Handler,), {"api": api, "authenticator": authenticator})
         self.api = api
-        self._httpd = ThreadingHTTPServer((host, port), handler)
-        self._httpd.daemon_threads = True
+        self.security = security
+        self._httpd = _TLSServer((host, port), handler)
+        self._httpd.security = security
+        self._httpd.ssl_context = security.server_ssl_context()
         self._thread: threading.Thread | None = None
 
     @property
@@ -490,7 +657,8 @@ class ApiServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        scheme = "https" if self._httpd.ssl_context is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def start(self) -> None:
         # A short poll interval keeps shutdown() quick (the default waits up to 0.5 s).
@@ -509,9 +677,11 @@ class ApiServer:
         self._httpd.server_close()
 
 
-def serve(addr: str, store: MetaStore, controller: ChangefeedController) -> ApiServer:
+def serve(addr: str, store: MetaStore, controller: ChangefeedController, security: SecurityConfig = SecurityConfig(),
+          verify_user: Optional[UserVerifier] = None) -> ApiServer:
     """Bind the Open API on `addr` ("host:port"; port 0 picks a free one). Call .start() to serve."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
         raise errors.ErrAPIInvalidParam(f"--addr {addr!r} must be host:port, e.g. 127.0.0.1:8300")
-    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller))
+    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller), security.validate(),
+                     verify_user)

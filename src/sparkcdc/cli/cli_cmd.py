@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
+import os
 import sys
 from typing import Callable
 
@@ -11,19 +13,20 @@ from sparkcdc import errors
 from sparkcdc.api.client import APIClient
 from sparkcdc.config.replica import parse_replica_config, replica_config_to_dict
 from sparkcdc.model import tso
+from sparkcdc.server.security import client_ssl_context
 
 DEFAULT_SERVER = "http://127.0.0.1:8300"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     cli = subparsers.add_parser("cli", help="manage changefeeds on a running sparkcdc server (like `cdc cli`)")
-    cli.add_argument("--server", default=DEFAULT_SERVER, help=f"sparkcdc server address (default {DEFAULT_SERVER})")
-    groups = cli.add_subparsers(dest="group", metavar="{changefeed,capture,tso}")
+    _add_connection_flags(cli, defaults=True)
+    groups = cli.add_subparsers(dest="group", metavar="{changefeed,capture,processor,tso,unsafe}")
     groups.required = True
 
-    # TiCDC's flags are persistent: --server works before or after the subcommand.
+    # TiCDC's flags are persistent: --server, --ca, --user... work before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--server", default=argparse.SUPPRESS, help="sparkcdc server address")
+    _add_connection_flags(common, defaults=False)
     changefeed_common = argparse.ArgumentParser(add_help=False, parents=[common])
     changefeed_common.add_argument("-n", "--namespace", default="default", help="changefeed namespace")
 
@@ -74,6 +77,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     capture_commands.required = True
     capture_commands.add_parser("list", parents=[common], help="list captures").set_defaults(func=_capture_list)
 
+    processor = groups.add_parser("processor", help="processors: the changefeeds each capture runs")
+    processor_commands = processor.add_subparsers(dest="action", metavar="ACTION")
+    processor_commands.required = True
+    processor_commands.add_parser("list", parents=[common], help="list processors").set_defaults(
+        func=_processor_list)
+    processor_query = processor_commands.add_parser("query", parents=[changefeed_common], help="show one processor")
+    processor_query.add_argument("-c", "--changefeed-id", required=True)
+    processor_query.add_argument("-p", "--capture-id", required=True)
+    processor_query.set_defaults(func=_processor_query)
+
+    synced = add("synced", _synced, "whether the downstream has caught up with the upstream")
+    synced.add_argument("-c", "--changefeed-id", required=True)
+
+    unsafe = groups.add_parser("unsafe", help="inspect metadata (read-only here)")
+    unsafe_commands = unsafe.add_subparsers(dest="action", metavar="ACTION")
+    unsafe_commands.required = True
+    unsafe_commands.add_parser("show-metadata", parents=[common], help="print every metadata key and value "
+                               "(secrets masked)").set_defaults(func=_unsafe_show_metadata)
+
     tso_group = groups.add_parser("tso", help="timestamps")
     tso_commands = tso_group.add_subparsers(dest="action", metavar="ACTION")
     tso_commands.required = True
@@ -90,8 +112,33 @@ def _tso_arg(text: str) -> int:
     return value
 
 
+def _add_connection_flags(parser: argparse.ArgumentParser, defaults: bool) -> None:
+    """TiCDC's persistent `cdc cli` flags; `defaults` only on the top parser so a later flag wins."""
+    def default(value):
+        return value if defaults else argparse.SUPPRESS
+
+    parser.add_argument("--server", default=default(DEFAULT_SERVER),
+                        help=f"sparkcdc server address (default {DEFAULT_SERVER}; https:// for TLS)")
+    parser.add_argument("--ca", default=default(""), help="CA of the server certificate (env TICDC_CA_PATH)")
+    parser.add_argument("--cert", default=default(""), help="client certificate (env TICDC_CERT_PATH)")
+    parser.add_argument("--key", default=default(""), help="client private key (env TICDC_KEY_PATH)")
+    parser.add_argument("--user", default=default(""), help="client user for basic auth (env TICDC_USER)")
+    parser.add_argument("--password", default=default(""),
+                        help="its password (env TICDC_PASSWORD; asked on the terminal when --user is given alone)")
+
+
 def _client(args: argparse.Namespace) -> APIClient:
-    return APIClient(args.server)
+    ca = args.ca or os.environ.get("TICDC_CA_PATH", "")
+    cert = args.cert or os.environ.get("TICDC_CERT_PATH", "")
+    key = args.key or os.environ.get("TICDC_KEY_PATH", "")
+    user = args.user or os.environ.get("TICDC_USER", "")
+    password = args.password or os.environ.get("TICDC_PASSWORD", "")
+    if user and not password and sys.stdin.isatty():
+        password = getpass.getpass(f"Password for {user}: ")
+    server = args.server
+    if (ca or cert) and server.startswith("http://"):
+        raise errors.ErrSecurityConfig(f"--ca/--cert are for TLS but --server {server} is http://; use https://")
+    return APIClient(server, ssl_context=client_ssl_context(ca, cert, key), user=user, password=password)
 
 
 def _print_json(value) -> None:
@@ -265,4 +312,32 @@ def _capture_list(args) -> int:
 def _tso_query(args) -> int:
     current = _client(args).query_tso()
     print(tso.compose(current["timestamp"], current["logic_time"]))
+    return 0
+
+
+def _processor_list(args) -> int:
+    result = _client(args).list_processors()
+    _print_json(result.get("items", []))  # TiCDC's ProcessorCommonInfo list
+    return 0
+
+
+def _processor_query(args) -> int:
+    client = _client(args)
+    detail = client.get_processor(args.changefeed_id, args.capture_id, args.namespace)
+    status = client.changefeed_status(args.changefeed_id, args.namespace)
+    _print_json({"status": {"table_ids": detail["table_ids"]},
+                 "position": {"checkpoint-ts": status["checkpoint_ts"], "resolved-ts": status["resolved_ts"]}})
+    return 0
+
+
+def _synced(args) -> int:
+    _print_json(_client(args).changefeed_synced(args.changefeed_id, args.namespace))
+    return 0
+
+
+def _unsafe_show_metadata(args) -> int:
+    entries = _client(args).unsafe_metadata()
+    for entry in entries:
+        print(f"Key: {entry['key']}, Value: {entry['value']}")
+    print(f"Show {len(entries)} KVs")
     return 0

@@ -30,7 +30,46 @@ def register(subparsers) -> None:
     parser.add_argument("--spark-master", default="local[*]", help="Spark master URL (default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
     parser.add_argument("--log-file", default=None, help="log to this file instead of stderr")
+    parser.add_argument("--config", default=None, metavar="TOML",
+                        help="server config file; its [security] table takes TiCDC's keys (ca-path, cert-path, "
+                             "key-path, cert-allowed-cn, mtls, client-user-required, client-allowed-user)")
+    parser.add_argument("--ca", default="", help="CA of client certificates (PEM); needed with --cert-allowed-cn")
+    parser.add_argument("--cert", default="", help="server certificate (PEM): serve the API over TLS")
+    parser.add_argument("--key", default="", help="server private key (PEM)")
+    parser.add_argument("--cert-allowed-cn", default="",
+                        help="comma-separated Common Names a client certificate must have (requires --ca)")
     parser.set_defaults(func=run_server)
+
+
+def _security(args: argparse.Namespace):
+    """[security] from --config, then the TLS flags on top (as TiCDC: flags win), validated."""
+    import tomllib
+
+    from sparkcdc.errors import ErrSecurityConfig
+    from sparkcdc.server.security import SecurityConfig, security_from_toml
+
+    security = SecurityConfig()
+    if args.config:
+        try:
+            with open(args.config, "rb") as f:
+                document = tomllib.load(f)
+        except OSError as exc:
+            raise ErrSecurityConfig(f"cannot read --config {args.config}: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ErrSecurityConfig(f"--config {args.config} is not valid TOML: {exc}") from None
+        unknown = sorted(set(document) - {"security"})
+        if unknown:
+            raise ErrSecurityConfig(
+                f"--config {args.config}: sparkcdc reads only the [security] table; remove {', '.join(unknown)} "
+                "(other settings are flags of `sparkcdc server`)")
+        security = security_from_toml(document, security)
+    flags = {name: value for name, value in (("ca_path", args.ca), ("cert_path", args.cert),
+                                             ("key_path", args.key)) if value}
+    if args.cert_allowed_cn:
+        flags["cert_allowed_cn"] = tuple(cn.strip() for cn in args.cert_allowed_cn.split(",") if cn.strip())
+    from dataclasses import replace
+
+    return replace(security, **flags).validate()
 
 
 def run_server(args: argparse.Namespace) -> int:
@@ -44,6 +83,7 @@ def run_server(args: argparse.Namespace) -> int:
     from sparkcdc.server.capture import Capture, CaptureOptions
 
     try:
+        security = _security(args)
         capture = Capture(
             CaptureOptions(
                 addr=args.addr,
@@ -61,10 +101,16 @@ def run_server(args: argparse.Namespace) -> int:
     log = logging.getLogger("sparkcdc.server")
     log.info("starting capture %s for upstream %s", capture.id, capture.upstream.masked_uri())
     capture.open()
-    api = serve(args.addr, capture.store, capture)
+    try:
+        api = serve(args.addr, capture.store, capture, security, capture.verify_user)
+    except SparkCDCError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        capture.close()
+        return 1
     api.start()
-    log.info("Open API listening on http://%s", args.addr)
-    print(f"sparkcdc server ready: http://{args.addr} (capture {capture.id})", flush=True)
+    scheme = "https" if security.tls_enabled else "http"
+    log.info("Open API listening on %s://%s", scheme, args.addr)
+    print(f"sparkcdc server ready: {scheme}://{args.addr} (capture {capture.id})", flush=True)
 
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

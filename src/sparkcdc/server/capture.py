@@ -32,6 +32,7 @@ from sparkcdc.upstream.txn_index import TxnIndex
 log = logging.getLogger(__name__)
 
 PULLER_SERVER_ID = 7700
+_ER_ACCESS_DENIED = 1045
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,62 @@ class Capture:
         index = TxnIndex(self.index_path)
         ts = index.resolve_start(str(start_ts)) if start_ts else index.resolved_ts()
         return classify_tables(index.tables_at(ts), config)
+
+    def processors(self) -> list[tuple[str, str, str]]:
+        """(namespace, changefeed id, capture id) of every changefeed a capture runs."""
+        if self.cluster is None:
+            running = self._runner.running() if self._runner is not None else []
+            return sorted((namespace, changefeed_id, self.id) for namespace, changefeed_id in running)
+        return sorted((namespace, changefeed_id, assignment.capture_id)
+                      for (namespace, changefeed_id), assignment in self.cluster.assignments().items())
+
+    def processor_table_ids(self, info: ChangefeedInfo) -> list[int]:
+        """Ids of the tables the changefeed replicates at its checkpoint (TiCDC's ProcessorDetail)."""
+        from sparkcdc.config.replica import replica_config_from_dict
+        from sparkcdc.filter.eligibility import classify_tables
+
+        index = TxnIndex(self.index_path)
+        checkpoint = self.store.get_status(info.namespace, info.id).checkpoint_ts
+        eligible, _ = classify_tables(index.tables_at(checkpoint or index.resolved_ts()),
+                                      replica_config_from_dict(info.config))
+        return sorted(table.table_id for table in eligible)
+
+    def puller_resolved_ts(self) -> int:
+        return TxnIndex(self.index_path).resolved_ts()
+
+    def last_synced_ts(self, checkpoint_ts: int, lookback_ms: int = 600_000) -> int:
+        """Commit ts of the newest upstream transaction at or below the checkpoint, i.e. the last
+        change the sink has passed (before filtering). Looks back in growing windows, so a long
+        idle history costs a few indexed range reads; 0 when none is found within ~1 year."""
+        index = TxnIndex(self.index_path)
+        window = tso.compose(lookback_ms)
+        while window <= tso.compose(400 * 86_400_000):
+            txns = index.txns_between(max(0, checkpoint_ts - window), checkpoint_ts)
+            if txns:
+                return txns[-1].commit_ts
+            if checkpoint_ts - window <= 0:
+                return 0
+            window *= 16
+        return 0
+
+    def metadata(self) -> list[tuple[str, str]]:
+        if self.cluster is None:
+            return self.store.metadata()
+        return [(kv.key, kv.value.decode("utf-8", errors="replace"))
+                for kv in self.cluster.client.get_prefix(self.cluster.keys.prefix)]
+
+    def verify_user(self, user: str, password: str) -> bool:
+        """TiCDC checks a client user by logging in to the upstream; so do we."""
+        from dataclasses import replace as with_fields
+
+        try:
+            with_fields(self.upstream, user=user, password=password).connect(connect_timeout=5).close()
+        except SparkCDCError as exc:
+            cause = exc.__cause__
+            if cause is not None and cause.args and cause.args[0] == _ER_ACCESS_DENIED:
+                return False
+            raise  # the upstream is down: say so (503) rather than blame the password
+        return True
 
     def capture_info(self) -> dict:
         is_owner = True if self.cluster is None else self.cluster.is_owner()

@@ -131,6 +131,11 @@ class MetaStore:
                     infos.append(info)
         return infos
 
+    def metadata(self) -> list[tuple[str, str]]:
+        """Every key and stored value, for `unsafe show-metadata`."""
+        with closing(self._connect()) as db:
+            return [(key, value) for key, value in db.execute("SELECT key, value FROM meta ORDER BY key")]
+
     def update_changefeed(self, info: ChangefeedInfo) -> None:
         key = self._keys.info(info.namespace, info.id)
         with self._transaction() as db:
