@@ -1,16 +1,21 @@
-"""TiCDC's ddl_sequence / multi_tables_ddl in one run: many tables, interleaved DDL and DML into a
-MySQL downstream compared table by table; a resume exactly at a DDL's commit-ts replays it once;
-a keyless table is not replicated; an unparseable DDL fails the changefeed with its text and
-position in `cli changefeed query`."""
+"""TiCDC's ddl_sequence / multi_tables_ddl in one run: many tables, interleaved DDL and DML, into
+two changefeeds: a MySQL downstream, and file storage (canal-json) whose output is replayed in
+order by `sparkcdc consumer storage` into a second MariaDB. Both downstreams are compared with
+upstream table by table, schema and data; a resume exactly at a DDL's commit-ts replays it once
+in both; a keyless table is not replicated; an unparseable DDL fails the changefeed with its text
+and position in `cli changefeed query`."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 
+from sparkcdc.consumer.storage_reader import checkpoint_ts
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.upstream.txn_index import TxnIndex
@@ -46,8 +51,32 @@ def dml(cur, round_: int, tables) -> None:
         cur.execute(f"DELETE FROM {table} WHERE id = {base + 2}")
 
 
+def assert_same_schema_and_data(up, down, live) -> None:
+    for table in live + ["finish_mark"]:
+        expected = read_upstream_table(up, DB, table)
+        problems = diff_tables(expected, read_upstream_table(down, DB, table))
+        assert not problems, f"{table}: " + "\n".join(problems)
+    with down.cursor() as cur:
+        cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s", (DB,))
+        assert sorted(r[0] for r in cur.fetchall()) == sorted(live + ["finish_mark"]), \
+            "dropped/renamed tables gone, keyless never created"
+        for table in live:
+            query = ("SELECT COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COLUMN_KEY FROM information_schema.COLUMNS "
+                     "WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION")
+            cur.execute(query, (DB, table))
+            got = cur.fetchall()
+            with up.cursor() as up_cur:
+                up_cur.execute(query, (DB, table))
+                assert got == up_cur.fetchall(), f"{table}: columns differ from upstream"
+        cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME='t0' "
+                    "ORDER BY ORDINAL_POSITION", (DB,))
+        assert [r[0] for r in cur.fetchall()] == ["id", "v", "w", "c", "d"], "ADD COLUMN c applied once"
+
+
 def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mariadb_factory, tmp_path):
     downstream = mariadb_factory()
+    replayed = mariadb_factory()
+    files = f"file://{tmp_path / 'out'}?protocol=canal-json&enable-tidb-extension=true"
     config = tmp_path / "cf.toml"
     config.write_text(f'[filter]\nrules = ["{DB}.*"]\n')
     data_dir = str(tmp_path / "cdc")
@@ -58,6 +87,8 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
         # Created before the tables: like TiCDC, a changefeed does not copy tables that exist at its start.
         server.cli("changefeed", "create", "-c", "seq", "--config", str(config), "--no-confirm",
                    "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/")
+        server.cli("changefeed", "create", "-c", "seqfiles", "--config", str(config), "--no-confirm",
+                   "--sink-uri", files)
         with up.cursor() as cur:
             cur.execute(f"CREATE DATABASE {DB}")
             cur.execute(f"USE {DB}")
@@ -91,9 +122,10 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
         # old-schema rows into a newer downstream schema, in TiCDC too; the CLI warns about it.)
         index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
         add_c = next(d for d in index.ddls_between(index.first_ts(), index.resolved_ts()) if "ADD COLUMN c" in d.query)
-        server.cli("changefeed", "pause", "-c", "seq")
-        server.cli("changefeed", "resume", "-c", "seq", "--no-confirm",
-                   "--overwrite-checkpoint-ts", str(add_c.commit_ts - 1))
+        for feed in ("seq", "seqfiles"):
+            server.cli("changefeed", "pause", "-c", feed)
+            server.cli("changefeed", "resume", "-c", feed, "--no-confirm",
+                       "--overwrite-checkpoint-ts", str(add_c.commit_ts - 1))
         with up.cursor() as cur:
             dml(cur, 4, live)
             cur.execute("ALTER TABLE t0 ADD COLUMN d INT")
@@ -102,17 +134,22 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
         wait_until(lambda: rows_of(down, "finish_mark", 2), "finish mark 2",
                    on_timeout=lambda: server.cli("changefeed", "query", "-c", "seq").stdout)
 
-        for table in live + ["finish_mark"]:
-            expected = read_upstream_table(up, DB, table)
-            problems = diff_tables(expected, read_upstream_table(down, DB, table))
-            assert not problems, f"{table}: " + "\n".join(problems)
-        with down.cursor() as cur:
-            cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s", (DB,))
-            assert sorted(r[0] for r in cur.fetchall()) == sorted(live + ["finish_mark"]), \
-                "dropped/renamed tables gone, keyless never created"
-            cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME='t0' "
-                        "ORDER BY ORDINAL_POSITION", (DB,))
-            assert [r[0] for r in cur.fetchall()] == ["id", "v", "w", "c", "d"], "ADD COLUMN c applied once"
+        assert_same_schema_and_data(up, down, live)
+
+        # The storage output, replayed in order by the consumer, rebuilds the same schema and data.
+        reached = index.resolved_ts()  # past finish mark 2, which the MySQL downstream already has
+        wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass finish mark 2",
+                   on_timeout=lambda: server.cli("changefeed", "query", "-c", "seqfiles").stdout)
+        consumer = subprocess.run(
+            [sys.executable, "-m", "sparkcdc.cli.main", "consumer", "storage", "--upstream-uri", files,
+             "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once"],
+            capture_output=True, text=True, timeout=180)
+        assert consumer.returncode == 0, consumer.stderr[-3000:]
+        rebuilt = replayed.connect()
+        try:
+            assert_same_schema_and_data(up, rebuilt, live)
+        finally:
+            rebuilt.close()
 
         # A DDL the schema store cannot follow fails the changefeed with its text and position.
         with up.cursor() as cur:
