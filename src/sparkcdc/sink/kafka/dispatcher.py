@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from sparkcdc.config.replica import DispatchRule
-from sparkcdc.errors import ErrInvalidReplicaConfig
+from sparkcdc.errors import ErrColumnSelectorFailed, ErrInvalidReplicaConfig
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo, Value
 from sparkcdc.sink.codec.canal_json import canal_value
@@ -45,6 +45,13 @@ def substitute_topic(expression: str, schema: str, table: str) -> str:
     if len(topic) > _TOPIC_MAX:
         return topic[:_TOPIC_MAX]
     return {".": "_", "..": "__"}.get(topic, topic)
+
+
+def topic_pattern(expression: str) -> str:
+    """A regex matching every topic `expression` can name (what a consumer subscribes to)."""
+    name = "[A-Za-z0-9._\\-]+"
+    return "".join(name if part in ("{schema}", "{table}") else re.escape(part)
+                   for part in re.split(r"(\{schema\}|\{table\})", expression) if part)
 
 
 def _table_hash(table: TableInfo) -> PositionInertia:
@@ -100,6 +107,7 @@ class _Route:
     matcher: TableFilter
     topic: str  # expression or plain name; "" = default topic
     dispatcher: PartitionDispatcher
+    where: str = "the default dispatcher"
 
 
 class EventRouter:
@@ -109,8 +117,9 @@ class EventRouter:
         self.default_topic = default_topic
         self._routes = [
             _Route(TableFilter(rule.matcher, case_sensitive), rule.topic,
-                   PartitionDispatcher(rule.partition or rule.dispatcher, rule.index, rule.columns))
-            for rule in rules
+                   PartitionDispatcher(rule.partition or rule.dispatcher, rule.index, rule.columns),
+                   f"sink.dispatchers[{position}]")
+            for position, rule in enumerate(rules)
         ]
         self._default = _Route(TableFilter(["*.*"], case_sensitive), "", PartitionDispatcher("table"))
 
@@ -137,6 +146,39 @@ class EventRouter:
 
     def dispatcher_for(self, schema: str, table: str) -> PartitionDispatcher:
         return self._route(schema, table).dispatcher
+
+    def verify_tables(self, tables: Sequence[TableInfo], selectors) -> None:
+        """TiCDC's EventRouter and ColumnSelectors VerifyTables: every column a `columns` or
+        `index-value` dispatcher hashes exists and survives the column selectors (`selectors`:
+        a ColumnSelectors), else the partition could not be computed from the rows sent."""
+        for table in tables:
+            route = self._route(table.schema, table.table)
+            dispatcher = route.dispatcher
+            if dispatcher.kind == "columns":
+                names = {c.name.lower(): c.name for c in table.columns}
+                needed = []
+                for name in dispatcher.columns:
+                    if name.lower() not in names:
+                        raise ErrInvalidReplicaConfig(
+                            f"`{route.where}` dispatches {table.schema}.{table.table} by column {name!r}, "
+                            f"which the table does not have; list columns of the table in `columns`")
+                    needed.append(names[name.lower()])
+                what = 'partition = "columns"'
+            elif dispatcher.kind == "index-value":
+                needed = [column.name for _, column in dispatcher._index_positions(table)]
+                what = 'partition = "index-value"' + (f', index = "{dispatcher.index}"' if dispatcher.index else "")
+            else:
+                continue
+            kept = selectors.kept_positions(table)
+            if kept is None:
+                continue
+            kept_names = {table.columns[i].name for i in kept}
+            for name in needed:
+                if name not in kept_names:
+                    raise ErrColumnSelectorFailed(
+                        f"the column selector for {table.schema}.{table.table} drops column {name!r}, which "
+                        f"`{route.where}` ({what}) dispatches by; keep the column in "
+                        "`sink.column-selectors` or dispatch by other columns")
 
 
 def partition_count(partitions: Optional[int]) -> int:
