@@ -6,22 +6,13 @@ PK-swap transaction."""
 
 from __future__ import annotations
 
-import threading
-import time
-
 import pytest
 
-from sparkcdc.config.replica import ReplicaConfig
-from sparkcdc.consumer.kafka_consumer import KafkaConsumer
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
-from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
-from sparkcdc.sink.mysql.connection import connect
-from sparkcdc.sink.mysql.sink import MySQLSink
-from sparkcdc.testing.compare import diff_tables, read_upstream_table
-from sparkcdc.testing.kafka import KafkaBroker
+from sparkcdc.testing.compare import diff_tables, read_upstream_table, wait_for_row
+from sparkcdc.testing.kafka import ConsumerThread, KafkaBroker
 from sparkcdc.testing.schema_registry import SchemaRegistry
 from sparkcdc.testing.server_process import ServerProcess
-from sparkcdc.upstream.schema_reader import read_table_info
 from sparkcdc.testing.workload import Workload
 
 pytestmark = pytest.mark.e2e
@@ -45,26 +36,7 @@ def test_protocol_over_kafka_rebuilds_mysql(protocol, mariadb, mariadb_factory, 
     config.write_text(f'[filter]\nrules = ["{database}.*"]\n'
                       f'[sink]\ndispatchers = [{{matcher = ["{database}.*"], partition = "index-value"}}]\n')
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
-    stop = threading.Event()
-    errors: list[BaseException] = []
-    downstream = MySQLSink(down_uri, ReplicaConfig(), replicating_ts=2**63 - 1)
-    connection = connect(parse_mysql_sink_uri(down_uri), None)
-    cache: dict = {}
-
-    def table_info(schema, table):
-        if (schema, table) not in cache:
-            cache[(schema, table)] = read_table_info(connection, schema, table, 0, 0)
-        return cache[(schema, table)]
-
-    consumer = KafkaConsumer(parse_kafka_sink_uri(sink_uri), downstream, table_info, cache.clear, "e2e")
-
-    def consume():
-        try:
-            consumer.run(stop)
-        except BaseException as exc:  # surfaced by the assertion below
-            errors.append(exc)
-
-    thread = threading.Thread(target=consume, daemon=True)
+    consumer = ConsumerThread(parse_kafka_sink_uri(sink_uri), down_uri, "e2e")
     try:
         server.cli("changefeed", "create", "-c", f"to-kafka-{protocol.replace('-', '')}", "--config", str(config), "--sink-uri", sink_uri)
         up = mariadb.connect()
@@ -73,7 +45,7 @@ def test_protocol_over_kafka_rebuilds_mysql(protocol, mariadb, mariadb_factory, 
         with up.cursor() as cur:
             cur.execute(f"CREATE TABLE `{database}`.swap (a INT PRIMARY KEY, b INT)")
             cur.execute(f"INSERT INTO `{database}`.swap VALUES (1, 1), (2, 2)")
-        thread.start()
+        consumer.start()
         workload.run(100)
         with up.cursor() as cur:
             cur.execute(f"ALTER TABLE `{database}`.orders ADD COLUMN region VARCHAR(16) NULL DEFAULT 'eu'")
@@ -86,27 +58,19 @@ def test_protocol_over_kafka_rebuilds_mysql(protocol, mariadb, mariadb_factory, 
         workload.run(60)
         workload.finish()
         down = downstream_db.connect()
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and not errors:
-            with down.cursor() as cur:
-                try:
-                    if cur.execute(f"SELECT 1 FROM `{database}`.finish_mark"):
-                        break
-                except Exception:
-                    pass
-            time.sleep(1)
-        assert not errors, errors
+        try:
+            wait_for_row(down, database, "finish_mark", timeout=240)
+        finally:
+            assert not consumer.errors, consumer.errors
         for table in TABLES:
             expected = read_upstream_table(up, database, table)
             assert expected, f"workload left {table} empty"
             problems = diff_tables(expected, read_upstream_table(down, database, table))
             assert not problems, f"{table}: " + "\n".join(problems)
-        assert consumer.rows_applied > 100
+        assert consumer.consumer.rows_applied > 100
     finally:
-        stop.set()
-        thread.join(30)
+        consumer.stop()
         server.stop()
-        downstream.close()
         broker.stop()
         if registry is not None:
             registry.stop()

@@ -34,11 +34,16 @@ def register(subparsers) -> None:
                               "downstream table sparkcdc_consumer.storage_checkpoint")
     storage.add_argument("--once", action="store_true", help="apply up to the current checkpoint, then exit")
     storage.set_defaults(func=run_storage_consumer)
-    kafka = kinds.add_parser("kafka", help="replay a Kafka sink's topic (canal-json, open-protocol) into mysql://")
+    kafka = kinds.add_parser("kafka", help="replay a Kafka sink's topics (canal-json, open-protocol, avro, simple) into mysql://")
     kafka.add_argument("--upstream-uri", required=True,
                        help="kafka://host:9092/topic?protocol=canal-json&enable-tidb-extension=true")
     kafka.add_argument("--downstream-uri", required=True, help="mysql:// or tidb:// sink URI")
     kafka.add_argument("--config", help="changefeed TOML the topic was written with")
+    kafka.add_argument("--topics", default="",
+                       help="comma-separated topics to read instead of the default: the URI's topic and "
+                            "every topic expression of the --config's [[sink.dispatchers]]")
+    kafka.add_argument("--topic-regex", default="",
+                       help="read every topic this regex matches in full (with --topics, those too)")
     kafka.add_argument("--group-id", default="", help="consumer group id (default sparkcdc-consumer-<topic>)")
     kafka.add_argument("--until-ts", type=int, help="exit once everything up to this commit-ts is applied")
     kafka.set_defaults(func=run_kafka_consumer)
@@ -72,7 +77,9 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    consumer = KafkaConsumer(kafka_config, downstream, table_info, cache.clear, args.group_id)
+    topics = [topic for topic in args.topics.split(",") if topic]
+    consumer = KafkaConsumer(kafka_config, downstream, table_info, cache.clear, args.group_id,
+                             topics=topics, topic_regex=args.topic_regex)
     try:
         reached = consumer.run(stop, args.until_ts)
     finally:

@@ -1,6 +1,6 @@
 """Rebuild MySQL from a Kafka sink's topic, following TiCDC's kafka-consumer (cmd/kafka-consumer).
 
-Per partition, row events are buffered and the partition's watermark (resolved/watermark
+Per partition of every topic read, row events are buffered and the partition's watermark (resolved/watermark
 events) is tracked; the consumer's resolved ts is the minimum over all partitions. When it
 advances, buffered DDLs and rows up to it are applied in commit-ts order: rows before a DDL,
 then the DDL, then the rest; then the downstream is flushed. Replays are dropped: rows at or
@@ -25,10 +25,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional, Protocol, Sequence
 
-from sparkcdc.errors import ErrSinkUnknownProtocol
+from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
 from sparkcdc.sink.kafka.config import KafkaSinkConfig
+from sparkcdc.sink.kafka.dispatcher import topic_pattern
 
 log = logging.getLogger(__name__)
 
@@ -363,15 +364,37 @@ class EventMerger:
                      for name in info.column_names)
 
 
+def topics_to_read(config: KafkaSinkConfig, topics: Sequence[str] = (), topic_regex: str = "") -> re.Pattern:
+    """The topics a changefeed writes: the default topic and every `[[sink.dispatchers]]` topic
+    expression (`{schema}_{table}` becomes a pattern), or exactly `topics` and/or `topic_regex`."""
+    if topics or topic_regex:
+        patterns = [re.escape(topic) for topic in topics] + ([topic_regex] if topic_regex else [])
+    else:
+        patterns = [re.escape(config.topic)] + [topic_pattern(rule.topic) for rule in config.sink.dispatchers
+                                                if rule.topic]
+    try:
+        return re.compile("|".join(f"(?:{p})" for p in patterns))
+    except re.error as exc:
+        raise ErrSinkURIInvalid(f"topic regex {topic_regex!r} is not a valid regular expression: {exc}") from None
+
+
 class KafkaConsumer:
-    """Reads every partition of the upstream topic from the beginning and applies it downstream."""
+    """Reads every partition of the changefeed's topics from the beginning and applies them downstream.
+
+    Topics may appear while it runs (a topic per table is created with the table's first event),
+    so the topic list is refreshed after each batch is read and before it is applied: a topic
+    holding rows below a watermark already read was created before that watermark was sent, so
+    its partitions join (at watermark 0, holding the resolved ts back) before anything is applied.
+    """
 
     def __init__(self, config: KafkaSinkConfig, downstream: Downstream,
                  table_info: Callable[[str, str], Optional[TableInfo]],
-                 invalidate: Callable[[], None] = lambda: None, group_id: str = ""):
+                 invalidate: Callable[[], None] = lambda: None, group_id: str = "",
+                 topics: Sequence[str] = (), topic_regex: str = ""):
         from confluent_kafka import Consumer
 
         self.config = config
+        self._topics = topics_to_read(config, topics, topic_regex)
         self._decode = decoder_for(config.protocol, config.schema_registry)
         conf = config.admin_conf()
         conf.update({
@@ -382,7 +405,7 @@ class KafkaConsumer:
         })
         self._consumer = Consumer(conf)
         self._merger = EventMerger(downstream, table_info, invalidate)
-        self._assigned = False
+        self._assigned: set[tuple[str, int]] = set()
 
     @property
     def checkpoint_ts(self) -> int:
@@ -392,29 +415,45 @@ class KafkaConsumer:
     def rows_applied(self) -> int:
         return self._merger.rows_applied
 
-    def _assign(self) -> bool:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+    @property
+    def topics(self) -> list[str]:
+        return sorted({topic for topic, _ in self._assigned})
 
-        metadata = self._consumer.list_topics(self.config.topic, timeout=10)
-        topic = metadata.topics.get(self.config.topic)
-        if topic is None or topic.error is not None or not topic.partitions:
+    def _refresh_topics(self) -> bool:
+        """Start reading (from the beginning) every partition of a matching topic not read yet;
+        False if the broker cannot list topics now (then nothing may be applied)."""
+        from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
+
+        try:
+            metadata = self._consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            log.warning("kafka consumer: cannot list topics, will retry: %s", exc)
             return False
-        partitions = sorted(topic.partitions)
-        self._consumer.assign([TopicPartition(self.config.topic, p, OFFSET_BEGINNING) for p in partitions])
-        self._merger.add_partitions((self.config.topic, p) for p in partitions)
-        self._assigned = True
+        new = sorted((name, partition) for name, topic in metadata.topics.items()
+                     if topic.error is None and self._topics.fullmatch(name)
+                     for partition in topic.partitions if (name, partition) not in self._assigned)
+        if not new:
+            return True
+        self._consumer.incremental_assign([TopicPartition(name, p, OFFSET_BEGINNING) for name, p in new])
+        self._merger.add_partitions(new)
+        self._assigned.update(new)
+        log.info("kafka consumer: reading %s", ", ".join(f"{name}[{p}]" for name, p in new))
         return True
 
     def poll_once(self, timeout: float = 1.0, max_messages: int = 5000) -> int:
         """Read what is available, apply what the watermarks cover; return the consumer ts."""
-        if not self._assigned and not self._assign():
-            time.sleep(timeout)
-            return self.checkpoint_ts
+        if not self._assigned:
+            self._refresh_topics()
+            if not self._assigned:
+                time.sleep(timeout)
+                return self.checkpoint_ts
         for message in self._consumer.consume(max_messages, timeout):
             if message.error() is not None:
                 log.warning("kafka consumer: %s", message.error())
                 continue
             self._merger.add(message.topic(), message.partition(), self._decode(message.key(), message.value()))
+        if not self._refresh_topics():
+            return self.checkpoint_ts
         return self._merger.apply_resolved()
 
     def run(self, stop: threading.Event, until_ts: Optional[int] = None) -> int:

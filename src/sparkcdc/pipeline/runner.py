@@ -338,7 +338,8 @@ def _short_error(exc: BaseException) -> str:
 
 # MySQL errors that retrying cannot fix: access denied, unknown database, auth plugin, bad TLS.
 _CONFIGURATION_MYSQL_ERRORS = ("(1044,", "(1045,", "(1049,", "(1251,", "(2026,")
-_RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable"})
+_RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable",
+                              "SPARKCDC:ErrKafkaSendMessage"})
 # Error text of transient failures that reach us without a retryable code (raw driver errors).
 _RETRYABLE_TEXT = ("Lost connection", "Can't connect", "Connection refused", "server has gone away",
                    "Lock wait timeout", "Deadlock found", "(2003,", "(2006,", "(2013,", "(1205,", "(1213,",

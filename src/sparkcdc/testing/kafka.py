@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -169,6 +170,52 @@ class KafkaBroker:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+class ConsumerThread:
+    """sparkcdc's Kafka consumer applying to a MySQL downstream in a background thread, as the
+    e2e tests and benches run it; `errors` holds what stopped it."""
+
+    def __init__(self, kafka_config, downstream_uri: str, group_id: str = "test", **consumer_options):
+        from sparkcdc.config.replica import ReplicaConfig
+        from sparkcdc.consumer.kafka_consumer import KafkaConsumer
+        from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
+        from sparkcdc.sink.mysql.connection import connect
+        from sparkcdc.sink.mysql.sink import MySQLSink
+        from sparkcdc.upstream.schema_reader import read_table_info
+
+        self._downstream = MySQLSink(downstream_uri, ReplicaConfig(), replicating_ts=2**63 - 1)
+        self._connection = connect(parse_mysql_sink_uri(downstream_uri), None)
+        cache: dict = {}
+
+        def table_info(schema: str, table: str):
+            if (schema, table) not in cache:
+                cache[(schema, table)] = read_table_info(self._connection, schema, table, 0, 0)
+            return cache[(schema, table)]
+
+        self.consumer = KafkaConsumer(kafka_config, self._downstream, table_info, cache.clear, group_id,
+                                      **consumer_options)
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kafka-consumer")
+
+    def _run(self) -> None:
+        try:
+            self.consumer.run(self._stop)
+        except BaseException as exc:  # reported through `errors`
+            self.errors.append(exc)
+
+    def start(self) -> "ConsumerThread":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(30)
+        self.consumer.close()
+        self._downstream.close()
+        self._connection.close()
 
 
 @contextlib.contextmanager

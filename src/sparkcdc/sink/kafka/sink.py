@@ -16,15 +16,16 @@ Delivery is at-least-once: a batch replayed after a crash is produced again.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from typing import Callable, Optional, Sequence
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
-from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic
+from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic, ErrMessageTooLarge
 from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
-from sparkcdc.sink.kafka.dispatcher import EventRouter
+from sparkcdc.sink.kafka.dispatcher import EventRouter, topic_pattern
 from sparkcdc.sink.kafka.message import Message, make_message_encoder
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,8 @@ class KafkaSink:
         from confluent_kafka.admin import AdminClient
 
         self.config: KafkaSinkConfig = parse_kafka_sink_uri(sink_uri, config)
-        self._router = EventRouter(self.config.topic, config.sink.dispatchers, config.case_sensitive)
+        self._rules = config.sink.dispatchers
+        self._router = EventRouter(self.config.topic, self._rules, config.case_sensitive)
         self._encoder = make_message_encoder(self.config.protocol, self.config.sink, clock,
                                              self.config.schema_registry)
         self._producer = producer or Producer(self.config.producer_conf())
@@ -48,14 +50,14 @@ class KafkaSink:
         self.sent_messages = 0
         self.sent_bytes = 0
         self._partition_count(self.config.topic)  # fail at start if the default topic is unusable
+        self._adopt_existing_topics()
 
     # -- topics ----------------------------------------------------------------------------
     def _partition_count(self, topic: str) -> int:
         known = self._partitions.get(topic)
         if known is not None:
             return known
-        timeout = self.config.read_timeout
-        metadata = self._admin.list_topics(topic=topic, timeout=timeout)
+        metadata = self._list_topic(topic)
         info = metadata.topics.get(topic)
         exists = info is not None and info.error is None and info.partitions
         if not exists:
@@ -73,6 +75,32 @@ class KafkaSink:
                 count = wanted  # TiCDC uses the first partition-num partitions
         self._partitions[topic] = count
         return count
+
+    def _adopt_existing_topics(self) -> None:
+        """Topics this changefeed's expressions name that already exist get checkpoints from the
+        start, like TiCDC's checkpoint to every table's topic: after a restart a table with no new
+        rows still gets watermarks, so a consumer's resolved ts over all topics keeps moving."""
+        from confluent_kafka import KafkaException
+
+        pattern = re.compile("|".join(f"(?:{topic_pattern(rule.topic)})" for rule in self._rules if rule.topic))
+        if not pattern.pattern:
+            return
+        try:
+            metadata = self._admin.list_topics(timeout=self.config.read_timeout)
+        except KafkaException as exc:
+            raise ErrKafkaSendMessage(f"cannot list topics on {','.join(self.config.brokers)}: {exc}") from None
+        for topic in sorted(metadata.topics):
+            if pattern.fullmatch(topic):
+                self._partition_count(topic)
+
+    def _list_topic(self, topic: str):
+        from confluent_kafka import KafkaException
+
+        try:
+            return self._admin.list_topics(topic=topic, timeout=self.config.read_timeout)
+        except KafkaException as exc:  # brokers down or unreachable: the changefeed retries
+            raise ErrKafkaSendMessage(f"cannot read metadata of topic {topic!r} from {','.join(self.config.brokers)} "
+                                      f"in read-timeout={self.config.read_timeout:g}s: {exc}") from None
 
     def _create_topic(self, topic: str) -> None:
         from confluent_kafka import KafkaException
@@ -106,9 +134,10 @@ class KafkaSink:
     def _produce(self, topic: str, partition: int, message: Message) -> None:
         size = len(message.value or b"") + len(message.key or b"")
         if size > self.config.max_message_bytes:
-            raise ErrKafkaSendMessage(
+            raise ErrMessageTooLarge(
                 f"a {size}-byte message for {topic} exceeds max-message-bytes={self.config.max_message_bytes}; "
                 "raise max-message-bytes (and the topic's max.message.bytes)")
+        stalled = _Stall(len(self._producer), self.config.write_timeout)
         while True:
             try:
                 self._producer.produce(topic, value=message.value, key=message.key, partition=partition,
@@ -116,6 +145,7 @@ class KafkaSink:
                 break
             except BufferError:  # the local queue is full: let deliveries drain
                 self._producer.poll(0.1)
+                self._raise_if_stalled(stalled, len(self._producer))
         self._producer.poll(0)
         self.sent_messages += 1
         self.sent_bytes += size
@@ -159,15 +189,21 @@ class KafkaSink:
         self.flush()
 
     def flush(self) -> None:
-        deadline = time.monotonic() + 330.0  # librdkafka gives up on a message after 300 s
+        """Wait for every acknowledgement; fail (a retryable error: the changefeed restarts from its
+        checkpoint, as TiCDC's does on a producer error) when none arrives for write-timeout."""
+        stalled = _Stall(len(self._producer), self.config.write_timeout)
         while True:
             remaining = self._producer.flush(1.0)
             self._raise_errors()
             if remaining == 0:
                 return
-            if time.monotonic() > deadline:
-                raise ErrKafkaSendMessage(
-                    f"{remaining} messages to {self.config.brokers} not acknowledged in time; is the broker up?")
+            self._raise_if_stalled(stalled, remaining)
+
+    def _raise_if_stalled(self, stalled: "_Stall", remaining: int) -> None:
+        if stalled.update(remaining):
+            raise ErrKafkaSendMessage(
+                f"no message acknowledged by {','.join(self.config.brokers)} for write-timeout="
+                f"{self.config.write_timeout:g}s ({remaining} waiting); is the broker up? The changefeed retries")
 
     def _raise_errors(self) -> None:
         with self._lock:
@@ -178,6 +214,27 @@ class KafkaSink:
     def close(self) -> None:
         try:
             self.flush()
+        except Exception:
+            # Drop what is still queued: the restarted changefeed sends it again from its checkpoint,
+            # and a late copy from this producer must not arrive after the new one's watermarks.
+            self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+            raise
         finally:
             self._producer = None
             self._admin = None
+
+
+class _Stall:
+    """Notices when a count of waiting messages stops going down for `limit` seconds."""
+
+    def __init__(self, waiting: int, limit: float, clock: Callable[[], float] = time.monotonic):
+        self._least = waiting
+        self._limit = limit
+        self._clock = clock
+        self._since = clock()
+
+    def update(self, waiting: int) -> bool:
+        if waiting < self._least:
+            self._least = waiting
+            self._since = self._clock()
+        return self._clock() - self._since > self._limit
