@@ -115,7 +115,11 @@ class EventFilter:
         return [r for r in self._rules if r.matcher.match_rules(schema, table)]
 
     def ignores_ddl(self, ddl: DDLEvent) -> bool:
-        for rule in self._rules_for(ddl.schema, ddl.table):
+        # A RENAME is held against its old name too: the DDL document ignores `RENAME TABLE t1 TO
+        # t2` (and `... TO ignore`) because the rule's matcher names t1.
+        names = {(ddl.schema, ddl.table)} | {(r[0], r[1]) for r in ddl.extra.get("renames", ())}
+        rules = [rule for rule in self._rules if any(rule.matcher.match_rules(s, t) for s, t in names)]
+        for rule in rules:
             if rule.ignores_ddl_type(ddl.ddl_type):
                 return True
             if rule.ignore_sql is not None and rule.ignore_sql.search(ddl.query):
