@@ -67,3 +67,7 @@ ErrKafkaSendMessage = _define("ErrKafkaSendMessage", 500)
 ErrKafkaTopic = _define("ErrKafkaTopic", 400)
 ErrMessageTooLarge = _define("ErrMessageTooLarge", 400)
 ErrAvroSchemaRegistry = _define("ErrAvroSchemaRegistry", 500)
+# Redo log (TiCDC's codes).
+ErrConsistentStorage = _define("ErrConsistentStorage")
+ErrRedoFileOp = _define("ErrRedoFileOp", 500)
+ErrRedoMetaFileNotFound = _define("ErrRedoMetaFileNotFound")

@@ -8,7 +8,7 @@ import sys
 
 from sparkcdc.errors import SparkCDCError
 
-SUBCOMMAND_MODULES = ["sparkcdc.cli.cli_cmd", "sparkcdc.cli.server_cmd", "sparkcdc.cli.demo_cmd", "sparkcdc.cli.consumer_cmd", "sparkcdc.cli.diff_cmd"]
+SUBCOMMAND_MODULES = ["sparkcdc.cli.cli_cmd", "sparkcdc.cli.server_cmd", "sparkcdc.cli.demo_cmd", "sparkcdc.cli.consumer_cmd", "sparkcdc.cli.diff_cmd", "sparkcdc.cli.redo_cmd"]
 
 
 def build_parser() -> argparse.ArgumentParser:

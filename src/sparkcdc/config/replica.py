@@ -152,6 +152,20 @@ class FilterConfig:
 
 
 @dataclass
+class ConsistentConfig:
+    """`[consistent]`: the redo log of a MySQL-sink changefeed (sparkcdc.redo, docs/redo.md).
+
+    Zero means TiCDC's default for the numeric keys, as in TiCDC's ValidateAndAdjust."""
+
+    level: str = "none"  # none | eventual
+    max_log_size: int = 64  # MiB: a log file rotates once it is this large
+    flush_interval: int = 2000  # ms; sparkcdc flushes every micro-batch before the sink applies it
+    meta_flush_interval: int = 200  # ms: how soon a new checkpoint-ts reaches the meta file
+    storage: str = ""  # file:// (nfs://, local://), s3://, gcs://, azblob://
+    compression: str = ""  # "" | none | lz4
+
+
+@dataclass
 class ReplicaConfig:
     memory_quota: int = 1073741824
     case_sensitive: bool = False
@@ -168,6 +182,7 @@ class ReplicaConfig:
     skip_unparseable_ddl: bool = False
     filter: FilterConfig = field(default_factory=FilterConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
+    consistent: ConsistentConfig = field(default_factory=ConsistentConfig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,11 +240,16 @@ def _init_rules() -> None:
                       "write_key_threshold": 0},
         "integrity": {"integrity_check_level": "none", "corruption_handle_level": "warn"},
         "synced_status": {"synced_check_interval": 300, "checkpoint_interval": 15},
-        "consistent": {"level": "none", "max_log_size": 64, "flush_interval": 2000,
-                       "meta_flush_interval": 200, "encoding_worker_num": 16,
-                       "flush_worker_num": 8, "storage": "", "use_file_backend": False,
-                       "compression": "", "flush_concurrency": 1,
-                       "memory_usage": {"memory_quota_percentage": 50}},
+    }
+    _CHOICES[(ConsistentConfig, "level")] = ("none", "eventual")
+    _CHOICES[(ConsistentConfig, "compression")] = ("", "none", "lz4")
+    _RANGES[(ConsistentConfig, "max_log_size")] = (0, 2**31 - 1)
+    _RANGES[(ConsistentConfig, "flush_interval")] = (0, 2**63 - 1)
+    _RANGES[(ConsistentConfig, "meta_flush_interval")] = (0, 2**63 - 1)
+    # Tuning keys of TiCDC's redo writer that have no counterpart here yet.
+    _UNSUPPORTED[ConsistentConfig] = {
+        "encoding_worker_num": 16, "flush_worker_num": 8, "use_file_backend": False,
+        "flush_concurrency": 1, "memory_usage": {"memory_quota_percentage": 50},
     }
     _CHOICES[(CodecConfig, "avro_decimal_handling_mode")] = ("precise", "string")
     _CHOICES[(CodecConfig, "avro_bigint_unsigned_handling_mode")] = ("long", "string")
@@ -429,6 +449,7 @@ def _validate_filters(config: ReplicaConfig) -> None:
 def _validate_whole(config: ReplicaConfig) -> None:
     """Rules that relate several keys (TiCDC's ReplicaConfig.ValidateAndAdjust, the parts we run)."""
     _validate_filters(config)
+    _validate_consistent(config.consistent)
     csv = config.sink.csv
     prefix = "sink.csv."
     if not 1 <= len(csv.delimiter) <= 3:
@@ -444,6 +465,31 @@ def _validate_whole(config: ReplicaConfig) -> None:
     _validate_mq(config)
     if config.sink.terminator not in ("\r\n", "\n", "\r", ""):
         raise _invalid(f"`sink.terminator` is {config.sink.terminator!r}; allowed values: \"\\r\\n\", \"\\n\", \"\\r\"")
+
+
+# TiCDC's redo.MinFlushIntervalInMs and the defaults a zero stands for (pkg/redo/config.go).
+MIN_REDO_FLUSH_INTERVAL_MS = 50
+_CONSISTENT_DEFAULTS = {"max_log_size": 64, "flush_interval": 2000, "meta_flush_interval": 200}
+
+
+def _validate_consistent(consistent: ConsistentConfig) -> None:
+    """TiCDC's ConsistentConfig.ValidateAndAdjust: zeros take the defaults, then the limits."""
+    if consistent.level != "eventual":
+        return
+    for name, default in _CONSISTENT_DEFAULTS.items():
+        if getattr(consistent, name) == 0:
+            setattr(consistent, name, default)
+    for name in ("flush_interval", "meta_flush_interval"):
+        value = getattr(consistent, name)
+        if value < MIN_REDO_FLUSH_INTERVAL_MS:
+            raise _invalid(f"`consistent.{name.replace('_', '-')}` is {value}; it must be at least "
+                           f"{MIN_REDO_FLUSH_INTERVAL_MS} (milliseconds)")
+    if not consistent.storage:
+        raise _invalid("`consistent.storage` is empty but `consistent.level` is \"eventual\"; set it to where "
+                       "the redo log goes, e.g. \"file:///data/redo\" or \"s3://bucket/redo?endpoint=...\"")
+    from sparkcdc.redo.storage import parse_redo_storage_uri
+
+    parse_redo_storage_uri(consistent.storage)
 
 
 def _validate_mq(config: ReplicaConfig) -> None:

@@ -2,15 +2,19 @@
 
 Order per batch: every row, grouped by table and ordered by (commit_ts, seq) within it, reduced
 to one change per key per transaction (netting.py) and split where the sink wants key changes
-as delete + insert (update_split.py), is written and flushed; then the batch's DDL (at most one, the batch's last transaction) runs as
-a barrier; only then is the checkpoint-ts (the batch end) persisted, first in the sink
-(`metadata`) and then in the metadata store. A crash anywhere before that replays the batch
-from the previous checkpoint: duplicates, never gaps.
+as delete + insert (update_split.py), is written and flushed; then the batch's DDL (at most one,
+the batch's last transaction) runs as a barrier; with a redo log (sparkcdc.redo), every row and
+DDL of the batch is durable in it before the sink gets any of them. After the DDL the
+checkpoint-ts (the batch end) is persisted, first in the sink (`metadata`) and then in the
+metadata store. A crash anywhere before that replays the batch from the previous checkpoint:
+duplicates, never gaps.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -74,6 +78,38 @@ def rows_by_table(table: pa.Table) -> dict[tuple[str, str], list[RowChange]]:
     return grouped
 
 
+class BatchRedo(Protocol):
+    """The redo log as the batch writer sees it (sparkcdc.redo.writer.RedoWriter)."""
+
+    def batch(self, start: int, end: int): ...
+    def checkpoint(self, ts: int) -> None: ...
+    def flush_checkpoint(self, ts: int) -> None: ...
+
+
+class BatchSyncpoint(Protocol):
+    """Syncpoint recording (sparkcdc.sink.mysql.syncpoint.SyncpointWriter)."""
+
+    def due(self, start: int, end: int) -> bool: ...
+    def record(self, primary_ts: int, upstream_position: str | None) -> None: ...
+
+
+# TEST-ONLY: when set to a table name, the server SIGKILLs its own process group in the first
+# batch that has rows of that table, right after the batch's first table is flushed downstream:
+# a crash that leaves the downstream mid-batch, for the redo disaster test. Never set it in production.
+TEST_ONLY_KILL_MID_BATCH_ENV = "SPARKCDC_TEST_ONLY_KILL_MID_BATCH_ON_TABLE"
+
+
+def _test_only_kill_mid_batch(planned: list[tuple[TableInfo, list[RowChange]]], sink: RowSink) -> None:
+    trigger = os.environ.get(TEST_ONLY_KILL_MID_BATCH_ENV)
+    if not trigger or len(planned) < 2 or all(info.table != trigger for info, _ in planned):
+        return
+    info, rows = planned[0]
+    sink.write_rows(info, rows)
+    sink.flush()
+    log.error("TEST-ONLY: killing the server after %s.%s of a %d-table batch", info.schema, info.table, len(planned))
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 def write_batch(
     table: pa.Table,
     index: TxnIndex,
@@ -83,12 +119,16 @@ def write_batch(
     split_updates: bool = False,
     filters: ChangeFilters | None = None,  # event filters and column selectors
     ddl_policy: DDLPolicy = DDLPolicy(),  # allow list: force-replicate, skip unparseable DDL
+    redo: BatchRedo | None = None,  # [consistent] level = "eventual": logged before the sink applies
+    syncpoint: BatchSyncpoint | None = None,  # enable-sync-point
 ) -> BatchResult | None:
     bounds = batch_bounds(table)
     if bounds is None:
         return None
     start, end = bounds
+    redo_batch = redo.batch(start, end) if redo is not None else None
     written = 0
+    planned: list[tuple[TableInfo, list[RowChange]]] = []
     for (schema, name), rows in rows_by_table(table).items():
         info = index.table_info_at(schema, name, start)
         if info is None:
@@ -100,17 +140,44 @@ def write_batch(
             rows = split_key_updates(info, rows)
         if filters is not None:
             info, rows = filters.rows(info, rows)
+        if redo_batch is None:
+            sink.write_rows(info, rows)  # the sink's writers start while the next table is planned
+            written += len(rows)
+        else:
+            redo_batch.add_rows(info, rows)  # encoded and written in the background meanwhile
+            planned.append((info, rows))
+    # Allow list, valid-index and rename rules; a DDL that must stop the changefeed raises
+    # after the rows before it are downstream, as it always did.
+    ddl_error: Exception | None = None
+    try:
+        ddls = [part for d in index.ddls_between(start, end) for part in replicated_ddls(d, table_filter, ddl_policy)]
+        if filters is not None:
+            ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
+    except Exception as exc:
+        ddls, ddl_error = [], exc
+    if redo_batch is not None and (planned or ddls):
+        redo_batch.add_ddls(ddls)
+        redo_batch.commit()  # durable, and the meta's resolved-ts is `end`, before the sink starts
+    _test_only_kill_mid_batch(planned, sink)
+    for info, rows in planned:
         sink.write_rows(info, rows)
         written += len(rows)
     sink.flush()
-    # Allow list, valid-index and rename rules; raises for DDLs that must stop the changefeed.
-    ddls = [part for d in index.ddls_between(start, end) for part in replicated_ddls(d, table_filter, ddl_policy)]
-    if filters is not None:
-        ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
+    if ddl_error is not None:
+        raise ddl_error
+    if ddls and redo is not None:
+        # Every row before the DDL is downstream: persist that before the DDL changes a table,
+        # so redo apply never replays old-schema rows into it.
+        redo.flush_checkpoint(ddls[0].commit_ts - 1)
     for ddl in ddls:
         sink.write_ddl(ddl)
     if ddls:
         sink.flush()
+    if syncpoint is not None and syncpoint.due(start, end):
+        position = index.position_at(end)
+        syncpoint.record(end, str(position) if position is not None else None)
     sink.write_checkpoint(end)
     on_checkpoint(end)
+    if redo is not None:
+        redo.checkpoint(end)
     return BatchResult(start, end, written, len(ddls))

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 # minimum is 30m), so tests can watch a changefeed give up. Read once by the server's runner;
 # never set it in production.
 TEST_ONLY_STUCK_DURATION_ENV = "SPARKCDC_TEST_ONLY_ERROR_STUCK_DURATION"
+# TEST-ONLY: a Go duration that replaces every changefeed's sync-point-interval (whose minimum is
+# 30s), so the syncpoint test runs in seconds. Never set it in production.
+TEST_ONLY_SYNC_POINT_INTERVAL_ENV = "SPARKCDC_TEST_ONLY_SYNC_POINT_INTERVAL"
 # Restart backoff after a retryable failure: TiCDC's changefeed backoff starts at 10s and doubles.
 RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
@@ -80,6 +83,7 @@ class _Running:
     query: object
     sink: object  # a RowSink with close()
     stopping: threading.Event
+    extras: tuple = ()  # redo writer, syncpoint writer: closed with the sink
 
 
 class ChangefeedRunner:
@@ -93,8 +97,10 @@ class ChangefeedRunner:
         capture_address: str,
         trigger_interval: str = "1 second",
         clock: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc),
+        cluster_id: str = "default",
     ):
         self._spark = spark
+        self._cluster_id = cluster_id
         self._store = store
         self._index_path = index_path
         self._upstream_uri = upstream_uri
@@ -144,17 +150,18 @@ class ChangefeedRunner:
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
+            extras = self._consistency_writers(info, config)
             query = (
                 self._spark.readStream.format(SOURCE_NAME)
                 .options(**options.to_options())
                 .load()
                 .writeStream.queryName(f"changefeed-{info.namespace}-{info.id}")
-                .foreachBatch(self._batch_writer(info, config, sink))
+                .foreachBatch(self._batch_writer(info, config, sink, *extras))
                 .option("checkpointLocation", checkpoint_dir)
                 .trigger(processingTime=self._trigger)
                 .start()
             )
-            self._running[key] = _Running(query, sink, stopping)
+            self._running[key] = _Running(query, sink, stopping, extras)
             if info.state == "warning" and key not in self._retrying:  # a warning from before a restart
                 self._retrying[key] = _Retrying(_error_time(info.error) or self._clock())
         threading.Thread(
@@ -162,7 +169,24 @@ class ChangefeedRunner:
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
 
-    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, sink):
+    def _consistency_writers(self, info: ChangefeedInfo, config: ReplicaConfig) -> tuple:
+        """The redo writer and the syncpoint writer of a MySQL-sink changefeed (None when off)."""
+        redo = syncpoint = None
+        if config.consistent.level == "eventual":
+            from sparkcdc.redo.storage import RedoStorage
+            from sparkcdc.redo.writer import RedoWriter
+
+            redo = RedoWriter(RedoStorage.from_uri(config.consistent.storage), config.consistent,
+                              f"{info.namespace}/{info.id}")
+        if config.enable_sync_point:
+            from sparkcdc.sink.mysql.syncpoint import SyncpointWriter
+
+            interval = os.environ.get(TEST_ONLY_SYNC_POINT_INTERVAL_ENV) or config.sync_point_interval
+            syncpoint = SyncpointWriter(info.sink_uri, config, self._cluster_id, info.id,
+                                        parse_go_duration(interval), parse_go_duration(config.sync_point_retention))
+        return redo, syncpoint
+
+    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, sink, redo=None, syncpoint=None):
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
@@ -178,7 +202,7 @@ class ChangefeedRunner:
 
         def write(df, batch_id: int) -> None:
             result = write_batch(df.toArrow(), index, sink, table_filter.match_event, on_checkpoint,
-                                 split_updates, filters, ddl_policy)
+                                 split_updates, filters, ddl_policy, redo, syncpoint)
             if result is not None and (result.rows or result.ddls):
                 log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d", changefeed_id,
                          batch_id, result.start, result.end, result.rows, result.ddls)
@@ -206,7 +230,8 @@ class ChangefeedRunner:
                 if running is not None and running.query is query:
                     del self._running[key]
         if running is not None and running.query is query:
-            _close_quietly(running.sink)
+            for closeable in (running.sink, *running.extras):
+                _close_quietly(closeable)
         self._handle_failure(key, message)
 
     def _handle_failure(self, key: tuple[str, str], message: str) -> None:
@@ -303,6 +328,8 @@ class ChangefeedRunner:
             running.query.stop()
         finally:
             running.sink.close()
+            for extra in running.extras:
+                _close_quietly(extra)
 
     def stop_all(self) -> None:
         self._shutdown.set()
@@ -369,6 +396,8 @@ def _error_time(error: dict | None) -> _dt.datetime | None:
 
 
 def _close_quietly(sink) -> None:
+    if sink is None:
+        return
     try:
         sink.close()
     except Exception:

@@ -97,6 +97,7 @@ class Capture:
             os.path.join(self.options.data_dir, "changefeeds"),
             self.options.addr,
             self.options.trigger_interval,
+            cluster_id=self.options.cluster_id,
         )
         threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
         if self.cluster is not None:

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.config.sink_uri import classify_sink_uri
-from sparkcdc.errors import ErrSinkUnsupported
+from sparkcdc.errors import ErrInvalidReplicaConfig, ErrSinkUnsupported
 
 
 def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
     """Raise a SparkCDCError naming the problem if the URI or its parameters are invalid."""
     kind = classify_sink_uri(sink_uri)
+    if kind != "mysql" and (config.consistent.level == "eventual" or config.enable_sync_point):
+        feature = "the redo log ([consistent] level = \"eventual\")" if config.consistent.level == "eventual" \
+            else "enable-sync-point"
+        raise ErrInvalidReplicaConfig(
+            f"{feature} works only with MySQL-compatible sinks (mysql://, tidb://), not a {kind} sink; "
+            "remove it from the changefeed config or use a MySQL sink")
     if kind == "storage":
         from sparkcdc.sink.storage.uri import parse_storage_uri
 

@@ -1,0 +1,103 @@
+"""Where a redo log lives: the root of one fsspec file system, from `consistent.storage`.
+
+The URI takes the storage sink's location parameters (sink/storage/location.py); `nfs://` and
+`local://` are local paths, as in TiCDC. Local writes are made durable with fsync (the file and,
+for new names, its directory); object stores are durable once a put returns.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from sparkcdc.config.sink_uri import mask_sink_uri
+from sparkcdc.errors import ErrConsistentStorage, SparkCDCError
+from sparkcdc.sink.storage.location import StorageLocation, parse_storage_location
+
+REDO_SCHEMES = ("file", "local", "nfs", "s3", "gcs", "gs", "azblob", "azure")
+
+
+def parse_redo_storage_uri(uri: str) -> StorageLocation:
+    """The location `consistent.storage` (or `redo --storage`) names; a coded error if invalid."""
+    scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
+    if scheme not in REDO_SCHEMES:
+        raise ErrConsistentStorage(
+            f"redo storage {mask_sink_uri(uri)!r} must be a URI with one of the schemes "
+            f"{', '.join(s + '://' for s in REDO_SCHEMES)}, e.g. file:///data/redo")
+    if scheme == "nfs":
+        uri = "file" + uri[len("nfs"):]
+    try:
+        return parse_storage_location(uri)
+    except SparkCDCError as exc:
+        raise ErrConsistentStorage(f"redo storage is invalid: {exc.message}") from None
+
+
+@dataclass
+class RedoStorage:
+    """Reads and writes files under one root; names are relative, with `/` separators."""
+
+    location: StorageLocation
+
+    @classmethod
+    def from_uri(cls, uri: str) -> "RedoStorage":
+        return cls(parse_redo_storage_uri(uri))
+
+    def __post_init__(self) -> None:
+        self._fs: Any = self.location.filesystem()
+        if self.location.is_local:
+            os.makedirs(self.location.root, exist_ok=True)
+
+    @property
+    def is_local(self) -> bool:
+        return self.location.is_local
+
+    def path(self, name: str) -> str:
+        return f"{self.location.root.rstrip('/')}/{name}"
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Names of the files directly under the root whose names start with `prefix`, sorted."""
+        try:
+            entries = self._fs.ls(self.location.root, detail=False)
+        except FileNotFoundError:
+            return []
+        names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries)
+        return [name for name in names if name.startswith(prefix)]
+
+    def read(self, name: str) -> bytes:
+        return self._fs.cat_file(self.path(name))
+
+    def exists(self, name: str) -> bool:
+        return self._fs.exists(self.path(name))
+
+    def put(self, name: str, data: bytes) -> None:
+        """Write a whole file durably and atomically (local: temp file, fsync, rename)."""
+        if not self.is_local:
+            self._fs.pipe_file(self.path(name), data)
+            return
+        target = self.path(name)
+        temporary = f"{target}.tmp"
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, target)
+        self.sync_directory()
+
+    def sync_directory(self) -> None:
+        if self.is_local:
+            descriptor = os.open(self.location.root, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+
+    def delete(self, name: str) -> None:
+        try:
+            self._fs.rm_file(self.path(name))
+        except FileNotFoundError:
+            pass
+
+    def download(self, name: str, local_path: str) -> None:
+        self._fs.get_file(self.path(name), local_path)
