@@ -16,10 +16,10 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from sparkcdc.errors import ErrFilterRuleInvalid
 
-# TiCDC's filter.IsSysSchema: these schemas never replicate.
+# TiCDC's filter.IsSysSchema: these schemas never replicate (tidb_cdc holds syncpoints).
 SYSTEM_SCHEMAS = frozenset(
     {"mysql", "information_schema", "performance_schema", "sys", "metrics_schema",
-     "inspection_schema"}
+     "inspection_schema", "tidb_cdc"}
 )
 
 _REGEX_PART = re.compile(r"/(?:\\.|[^/])+/")
