@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sparkcdc.config.replica import ReplicaConfig
-from sparkcdc.errors import ErrUpstreamUnreachable, SparkCDCError
+from sparkcdc.errors import ErrAPIInvalidParam, ErrUpstreamUnreachable, SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.server.capture_store import CaptureStoreView
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
@@ -273,7 +273,8 @@ class Capture:
 
     def drain_capture(self, capture_id: str) -> int:
         if self.cluster is None:
-            raise SparkCDCError("drain needs a cluster (`sparkcdc server --pd`); a single node has nowhere to move to")
+            raise ErrAPIInvalidParam(
+                "drain needs a cluster (`sparkcdc server --pd`); a single node has nowhere to move its changefeeds to")
         return self.cluster.drain(capture_id)
 
     def resign_owner(self) -> bool:
