@@ -256,7 +256,7 @@ def _init_rules() -> None:
     _CHOICES[(CodecConfig, "encoding_format")] = ("json", "avro")
     _RANGES[(CodecConfig, "max_batch_size")] = (1, 2**31 - 1)
     _CHOICES[(LargeMessageHandleConfig, "large_message_handle_option")] = (
-        "none",)  # handle-key-only and claim-check are not supported yet
+        "none", "handle-key-only", "claim-check")
     _CHOICES[(LargeMessageHandleConfig, "large_message_handle_compression")] = ("none", "lz4", "snappy")
     _CHOICES[(KafkaConfig, "required_acks")] = (-1, 0, 1)
     _CHOICES[(KafkaConfig, "compression")] = ("", "none", "gzip", "snappy", "lz4", "zstd")

@@ -32,6 +32,7 @@ from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOption
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates
+from sparkcdc.sink.mysql.error_codes import is_configuration_message, is_retryable_message
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -363,28 +364,23 @@ def _short_error(exc: BaseException) -> str:
     return (lines[0] if lines else repr(exc))[:2000]
 
 
-# MySQL errors that retrying cannot fix: access denied, unknown database, auth plugin, bad TLS.
-_CONFIGURATION_MYSQL_ERRORS = ("(1044,", "(1045,", "(1049,", "(1251,", "(2026,")
 _RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable",
                               "SPARKCDC:ErrKafkaSendMessage"})
-# Error text of transient failures that reach us without a retryable code (raw driver errors).
-_RETRYABLE_TEXT = ("Lost connection", "Can't connect", "Connection refused", "server has gone away",
-                   "Lock wait timeout", "Deadlock found", "(2003,", "(2006,", "(2013,", "(1205,", "(1213,",
-                   # Spark's own transient failures on a loaded machine: a Python worker that did
-                   # not connect back in time, a Py4J socket timeout.
-                   "Python worker failed to connect back", "CANNOT_OPEN_SOCKET", "SocketTimeoutException",
-                   "Py4JNetworkError")
+# Spark's own transient failures on a loaded machine: a Python worker that did not connect back
+# in time, a Py4J socket timeout. (MySQL errors are classified by number, in error_codes.py.)
+_TRANSIENT_SPARK_TEXT = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET", "SocketTimeoutException",
+                         "Py4JNetworkError")
 
 
 def is_retryable_failure(message: str) -> bool:
     """Whether a changefeed failure may pass by itself (TiCDC retries these until stuck)."""
-    if any(marker in message for marker in _CONFIGURATION_MYSQL_ERRORS):
+    if is_configuration_message(message):
         return False
     code = _error_code(message)
     if code in _RETRYABLE_CODES:
         return True
     if code in ("SPARKCDC:ErrMySQLTxnError", "SPARKCDC:ErrProcessorUnknown"):
-        return any(marker in message for marker in _RETRYABLE_TEXT)
+        return is_retryable_message(message) or any(marker in message for marker in _TRANSIENT_SPARK_TEXT)
     return False
 
 

@@ -1,5 +1,5 @@
 """Connections to the downstream with TiCDC's session settings (pkg/sink/mysql/db_helper.go),
-and which errors are worth a retry.
+and how the downstream's flavour is detected. Which errors are worth a retry lives in error_codes.py.
 
 Row sessions always use time_zone '+00:00': canonical timestamp values are UTC, so the stored
 instant is exact (converting to a local zone would be ambiguous at DST changes). The URI's
@@ -12,55 +12,19 @@ import random
 import ssl
 import time
 from dataclasses import dataclass
+from enum import Enum
 from typing import Callable, Optional
 
 import pymysql
 from pymysql.constants import CLIENT
 
 from sparkcdc.sink.mysql.config import MySQLSinkConfig
+from sparkcdc.sink.mysql.error_codes import is_retryable
 
-# Server errors that mean "try again": connection lost/refused, server shutting down, too many
-# connections, lock wait timeout, deadlock, connection killed.
-RETRYABLE_ERROR_CODES = frozenset({
-    1040, 1053, 1205, 1213, 1927, 2002, 2003, 2006, 2013, 2014, 2027, 2055, 4031,
-})
 DUPLICATE_ENTRY = 1062
 # Checks the upstream already applied; a value it stored must replay (zero dates, enum 0).
 _DROPPED_SQL_MODES = frozenset({"NO_ZERO_IN_DATE", "NO_ZERO_DATE", "STRICT_TRANS_TABLES", "STRICT_ALL_TABLES",
                                 "NO_AUTO_VALUE_ON_ZERO"})
-
-# TiCDC's pkg/errorutil IsIgnorableMySQLDDLError, as MySQL/MariaDB error numbers: the DDL's
-# effect is already there, so a replayed DDL counts as done.
-IGNORABLE_DDL_ERROR_CODES = frozenset({
-    1007,  # database exists
-    1008,  # database doesn't exist (drop)
-    1050,  # table exists
-    1051,  # unknown table (drop)
-    1060,  # duplicate column name
-    1061,  # duplicate key name
-    1054,  # unknown column
-    1091,  # can't drop field or key; check that it exists
-    1176,  # key doesn't exist in table
-    1068,  # multiple primary key defined
-    1517,  # duplicate partition name
-    1507,  # error in list of partitions to drop
-    1831,  # duplicate index (MariaDB/MySQL warning-as-error form)
-})
-
-
-def error_code(exc: BaseException) -> Optional[int]:
-    if isinstance(exc, pymysql.err.MySQLError) and exc.args and isinstance(exc.args[0], int):
-        return exc.args[0]
-    return None
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """Connection-class errors: the downstream may come back, so the work is retried."""
-    if isinstance(exc, (pymysql.err.InterfaceError, ConnectionError, TimeoutError)):
-        return True
-    if isinstance(exc, OSError) and not isinstance(exc, pymysql.err.MySQLError):
-        return True
-    return error_code(exc) in RETRYABLE_ERROR_CODES
 
 
 def _ssl_context(config: MySQLSinkConfig) -> Optional[ssl.SSLContext]:
@@ -112,17 +76,24 @@ def connect(config: MySQLSinkConfig, time_zone: Optional[str], multi_statements:
     return connection
 
 
-def is_tidb(connection) -> bool:
+class DownstreamFlavor(Enum):
+    """What kind of server the sink writes to; decided once per sink."""
+
+    MYSQL = "mysql"  # MySQL, MariaDB and other MySQL-compatible servers
+    TIDB = "tidb"  # multi-row CASE-WHEN UPDATE, TiDB session variables, background ADD INDEX
+
+
+def detect_flavor(connection) -> DownstreamFlavor:
     """TiCDC's check: only TiDB has tidb_version()."""
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT tidb_version()")
             cursor.fetchall()
-        return True
+        return DownstreamFlavor.TIDB
     except pymysql.err.MySQLError as exc:
         if is_retryable(exc):
             raise
-        return False
+        return DownstreamFlavor.MYSQL
 
 
 def apply_tidb_session(connection, config: MySQLSinkConfig) -> None:
