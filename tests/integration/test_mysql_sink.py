@@ -298,3 +298,88 @@ def test_unreachable_or_refusing_downstream_at_construction_is_a_coded_error(dow
     assert "wrong-pw" not in str(refused.value)
     with pytest.raises(ErrMySQLConnectionError, match="unreachable"):
         MySQLSink("mysql://root@127.0.0.1:1/", ReplicaConfig(), retry=FAST_RETRY)
+
+
+def running_statements(server) -> list[tuple[str, str]]:
+    """(state, statement) of every statement the downstream is running."""
+    conn = server.connect()
+    with conn.cursor() as cur:
+        cur.execute("SELECT STATE, INFO FROM information_schema.PROCESSLIST WHERE INFO IS NOT NULL "
+                    "AND INFO NOT LIKE '%PROCESSLIST%'")
+        rows = [(state or "", info) for state, info in cur.fetchall()]
+    conn.close()
+    return rows
+
+
+def test_index_ddl_builds_in_the_background_on_a_tidb_flavoured_downstream(downstream):
+    """TiDB's background ADD INDEX, run against MariaDB by forcing the flavour (TEST-ONLY hook).
+    A reader holding table t's metadata lock stands in for a long index build: the build cannot
+    finish until the reader lets go, for as long as the test needs."""
+    import threading
+    import time
+
+    from sparkcdc.sink.mysql.connection import DownstreamFlavor
+
+    sink = MySQLSink(downstream.uri, ReplicaConfig(), retry=FAST_RETRY, ddl_retry=FAST_RETRY, async_ddl_grace=0.5,
+                     test_only_flavor=DownstreamFlavor.TIDB)
+    safety = None
+    try:
+        t = setup_table(sink, downstream, "db7", "CREATE TABLE t (a INT PRIMARY KEY, v INT)", "t")
+        sink.write_ddl(ddl(3, "db7", "u", "CREATE TABLE u (a INT PRIMARY KEY, v INT)"))
+        conn = downstream.connect()
+        u = read_table_info(conn, "db7", "u", version=ts(3), table_id=8)
+        conn.close()
+        sink.write_rows(t, [RowChange(ts(4), "db7", "t", "insert", after=(str(i), str(i % 7)), seq=i)
+                            for i in range(200)])
+        sink.flush()
+
+        reader = downstream.connect("db7", autocommit=False)
+        with reader.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT COUNT(*) FROM t")
+            cur.execute("SELECT CONNECTION_ID()")
+            reader_id = cur.fetchone()[0]
+        # If the sink regressed to waiting for the index, the test fails instead of hanging.
+        safety = threading.Timer(30, lambda: downstream.connect().cursor().execute(f"KILL {reader_id}"))
+        safety.start()
+        add_index = ddl(5, "db7", "t", "CREATE INDEX ix_v ON t (v)", "create index")
+        started = time.monotonic()
+        sink.write_ddl(add_index)
+        # write_ddl returned after the grace period, so the batch's checkpoint can advance.
+        assert time.monotonic() - started < 5
+        assert sink.running_index_builds() == [add_index]
+        assert any(info == add_index.query for _, info in running_statements(downstream))
+
+        # Rows and DDL of another table go on while the index builds.
+        sink.write_rows(u, [RowChange(ts(6), "db7", "u", "insert", after=("1", "1"))])
+        sink.flush()
+        sink.write_ddl(ddl(7, "db7", "u", "ALTER TABLE u ADD COLUMN c INT", "add column"))
+        assert sink.running_index_builds() == [add_index]
+
+        # A later DDL on t waits in the sink: it is not even sent while the index builds.
+        later = ddl(8, "db7", "t", "ALTER TABLE t ADD COLUMN w INT", "add column")
+        waiter = threading.Thread(target=sink.write_ddl, args=(later,), daemon=True)
+        waiter.start()
+        waiter.join(1.5)
+        assert waiter.is_alive()
+        assert not any("ADD COLUMN w" in info for _, info in running_statements(downstream))
+
+        reader.commit()  # the build can finish now; then the waiting DDL runs
+        waiter.join(30)
+        assert not waiter.is_alive() and sink.running_index_builds() == []
+        reader.close()
+        check = downstream.connect("db7")
+        with check.cursor() as cur:
+            cur.execute("SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS "
+                        "WHERE TABLE_SCHEMA = 'db7' AND TABLE_NAME = 't' AND INDEX_NAME = 'ix_v'")
+            assert cur.fetchall() == (("ix_v", "v"),)
+            cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'db7' "
+                        "AND TABLE_NAME IN ('t', 'u') ORDER BY TABLE_NAME, ORDINAL_POSITION")
+            assert [r[0] for r in cur.fetchall()] == ["a", "v", "w", "a", "v", "c"]
+            cur.execute("SELECT COUNT(*), SUM(v) FROM t")
+            assert cur.fetchone() == (200, sum(i % 7 for i in range(200)))
+        check.close()
+    finally:
+        if safety is not None:
+            safety.cancel()
+        sink.close()

@@ -4,7 +4,8 @@ threads (each with its own connection), DDL one at a time on its own connection.
 Order of work, as the pipeline's RowSink protocol drives it: `write_rows` hands whole upstream
 transactions of one table in (commit_ts, seq) order and returns once they are queued; `flush`
 returns when every queued transaction is committed downstream (or raises the first failure);
-`write_ddl` runs after a flush. A transaction at or before `replicating_ts` may already be
+`write_ddl` runs after a flush (on a TiDB downstream an index DDL may keep building in the
+background, see async_ddl.py). A transaction at or before `replicating_ts` may already be
 downstream (a replay), so it is written idempotently: updates split, inserts as REPLACE. If a
 plain INSERT still meets a duplicate key (a replay the window did not cover), the worker rolls
 back and writes the same transactions idempotently.
@@ -25,18 +26,23 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrExecDDLFailed, ErrMySQLConnectionError, ErrMySQLTxnError, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
+from sparkcdc.sink.mysql.async_ddl import (
+    ASYNC_DDL_GRACE_SECONDS,
+    ASYNC_DDL_TYPES,
+    SERVER_JOB_POLL_SECONDS,
+    AsyncIndexBuilds,
+)
 from sparkcdc.sink.mysql.causality import ConflictDetector, KeySpace, Ticket
 from sparkcdc.sink.mysql.config import MySQLSinkConfig, parse_mysql_sink_uri
 from sparkcdc.sink.mysql.connection import (
     DUPLICATE_ENTRY,
-    IGNORABLE_DDL_ERROR_CODES,
+    DownstreamFlavor,
     RetryPolicy,
     apply_tidb_session,
     connect,
-    error_code,
-    is_retryable,
-    is_tidb,
+    detect_flavor,
 )
+from sparkcdc.sink.mysql.error_codes import error_number, is_ddl_already_applied, is_retryable
 from sparkcdc.sink.mysql.sql import PlanOptions, Statement, plan_transaction, quote_name, render
 
 log = logging.getLogger(__name__)
@@ -44,6 +50,10 @@ log = logging.getLogger(__name__)
 # One multi-statement round trip stays well under the default max_allowed_packet (16 MiB).
 MULTI_STATEMENT_LIMIT = 4 * 1024 * 1024
 _DATABASE_DDL_TYPES = frozenset({"create database", "create schema", "drop database", "drop schema"})
+# TiCDC's check for an index job it did not start (async_ddl.go, TiDB before v8.x's ADMIN SHOW DDL JOBS).
+_RUNNING_INDEX_JOB_SQL = (
+    "SELECT JOB_ID FROM information_schema.ddl_jobs WHERE DB_NAME = %s AND TABLE_NAME = %s "
+    "AND JOB_TYPE LIKE 'add index%%' AND STATE IN ('running', 'queueing') LIMIT 1")
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ class _Writer(threading.Thread):
                 return
             except pymysql.err.MySQLError as exc:
                 self._rollback()
-                if error_code(exc) == DUPLICATE_ENTRY and not force_idempotent:
+                if error_number(exc) == DUPLICATE_ENTRY and not force_idempotent:
                     log.warning("duplicate key while applying %d transaction(s): writing them again "
                                 "idempotently (a replay of rows already downstream): %s", len(batch), exc)
                     force_idempotent, done = True, 0
@@ -196,8 +206,34 @@ class _Writer(threading.Thread):
             connection.commit()
 
 
+class _DDLSession:
+    """One DDL connection, opened on first use and reopened after a connection error."""
+
+    def __init__(self, sink: "MySQLSink"):
+        self._sink = sink
+        self._connection = None
+
+    def get(self):
+        if self._connection is None:
+            self._connection = connect(self._sink.config, self._sink.config.ddl_time_zone)
+            if self._sink.flavor is DownstreamFlavor.TIDB:
+                apply_tidb_session(self._connection, self._sink.config)
+        return self._connection
+
+    def close(self) -> None:
+        if self._connection is not None:
+            try:
+                self._connection.close()
+            except Exception:
+                pass
+            self._connection = None
+
+
 class MySQLSink:
-    """RowSink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams."""
+    """RowSink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams.
+
+    `test_only_flavor` (TEST-ONLY) replaces the flavour tidb_version() detected, so tests can run the TiDB-only paths (background ADD INDEX, multi-row UPDATE) against MariaDB.
+    """
 
     def __init__(
         self,
@@ -207,6 +243,9 @@ class MySQLSink:
         retry: RetryPolicy = RetryPolicy(),
         ddl_retry: RetryPolicy = RetryPolicy(max_elapsed=600.0, max_attempts=20),
         sleep: Callable[[float], None] = time.sleep,
+        async_ddl_grace: float = ASYNC_DDL_GRACE_SECONDS,
+        index_job_poll_interval: float = SERVER_JOB_POLL_SECONDS,
+        test_only_flavor: Optional[DownstreamFlavor] = None,
     ):
         self.config: MySQLSinkConfig = parse_mysql_sink_uri(sink_uri, config)
         self.replicating_ts = replicating_ts
@@ -215,9 +254,18 @@ class MySQLSink:
         self._sleep = sleep
         self.error: Optional[BaseException] = None
         self._error_lock = threading.Lock()
-        self._ddl_connection = None
+        self.flavor: Optional[DownstreamFlavor] = None  # set below; sessions opened before read it
+        self._ddl_session = _DDLSession(self)
         self._meta: dict[tuple[str, str, int], TableMeta] = {}
-        self.downstream_tidb = self._detect_tidb()
+        detected = self._detect_flavor()
+        self.flavor = test_only_flavor or detected
+        if self.flavor is DownstreamFlavor.TIDB:
+            self._ddl_session.close()  # reopened with TiDB's session variables
+        self._index_builds = AsyncIndexBuilds(
+            self._run_background_ddl, grace=async_ddl_grace,
+            server_job_running=self._index_job_running if self.flavor is DownstreamFlavor.TIDB else None,
+            poll_interval=index_job_poll_interval, sleep=sleep)
+        self._index_job_check_failed = False
         self.detector = ConflictDetector(self.config.worker_count)
         self._writers = [_Writer(self, n) for n in range(self.config.worker_count)]
         for writer in self._writers:
@@ -231,34 +279,20 @@ class MySQLSink:
 
     def open_row_connection(self):
         connection = connect(self.config, "+00:00", multi_statements=self.config.multi_stmt_enable)
-        if self.downstream_tidb:
+        if self.flavor is DownstreamFlavor.TIDB:
             apply_tidb_session(connection, self.config)
         return connection
 
-    def _ddl(self):
-        if self._ddl_connection is None:
-            self._ddl_connection = connect(self.config, self.config.ddl_time_zone)
-            if getattr(self, "downstream_tidb", False):
-                apply_tidb_session(self._ddl_connection, self.config)
-        return self._ddl_connection
-
-    def _close_ddl(self) -> None:
-        if self._ddl_connection is not None:
-            try:
-                self._ddl_connection.close()
-            except Exception:
-                pass
-            self._ddl_connection = None
-
-    def _with_retry(self, what: str, action: Callable, policy: RetryPolicy):
+    def _with_retry(self, what: str, action: Callable, policy: RetryPolicy, session: Optional[_DDLSession] = None):
+        session = session or self._ddl_session
         delays = policy.delays()
         while True:
             try:
-                return action(self._ddl())
+                return action(session.get())
             except (pymysql.err.MySQLError, OSError) as exc:
                 if not is_retryable(exc):
                     raise
-                self._close_ddl()
+                session.close()
                 delay = next(delays, None)
                 if delay is None:
                     raise ErrMySQLConnectionError(
@@ -266,10 +300,10 @@ class MySQLSink:
                 log.warning("%s: downstream error, retrying in %.1fs: %s", what, delay, exc)
                 self._sleep(delay)
 
-    def _detect_tidb(self) -> bool:
+    def _detect_flavor(self) -> DownstreamFlavor:
         """The first contact with the downstream: any failure is a coded connection error."""
         try:
-            return self._with_retry("connecting to the downstream", is_tidb, self.retry)
+            return self._with_retry("connecting to the downstream", detect_flavor, self.retry)
         except pymysql.err.MySQLError as exc:  # not retryable: access denied, unknown database, ...
             raise ErrMySQLConnectionError(
                 f"cannot connect to the downstream {self.config.uri}: {exc}; check its address, user, "
@@ -282,7 +316,7 @@ class MySQLSink:
             split_updates=idempotent,
             use_replace=idempotent,
             batch_dml=self.config.batch_dml_enable,
-            downstream_tidb=self.downstream_tidb,
+            downstream_tidb=self.flavor is DownstreamFlavor.TIDB,
             max_txn_row=self.config.max_txn_row,
             max_multi_update_row=self.config.max_multi_update_row,
             max_multi_update_row_size=self.config.max_multi_update_row_size,
@@ -327,10 +361,24 @@ class MySQLSink:
     # -- DDL -------------------------------------------------------------------------------
 
     def write_ddl(self, ddl: DDLEvent) -> None:
-        """Run one DDL after all rows before it; replays of an applied DDL count as done."""
+        """Run one DDL after all rows before it; replays of an applied DDL count as done. On TiDB
+        an index DDL may return while it still builds; a later DDL on its table waits for it."""
         self.flush()
         self._meta.clear()
+        self._index_builds.wait_before(ddl)
+        if self.flavor is DownstreamFlavor.TIDB and ddl.ddl_type in ASYNC_DDL_TYPES:
+            self._index_builds.start(ddl)
+            return
+        self._execute_ddl(ddl, self._ddl_session)
 
+    def _run_background_ddl(self, ddl: DDLEvent) -> None:
+        session = _DDLSession(self)  # its own connection: the sink's DDL session stays free
+        try:
+            self._execute_ddl(ddl, session)
+        finally:
+            session.close()
+
+    def _execute_ddl(self, ddl: DDLEvent, session: _DDLSession) -> None:
         def execute(connection) -> None:
             with connection.cursor() as cursor:
                 if ddl.schema and ddl.ddl_type not in _DATABASE_DDL_TYPES:
@@ -346,15 +394,33 @@ class MySQLSink:
                     cursor.execute("SET TIMESTAMP = DEFAULT")
 
         try:
-            self._with_retry(f"DDL at {ddl.commit_ts}", execute, self.ddl_retry)
+            self._with_retry(f"DDL at {ddl.commit_ts}", execute, self.ddl_retry, session)
         except pymysql.err.MySQLError as exc:
-            if error_code(exc) in IGNORABLE_DDL_ERROR_CODES:
+            if is_ddl_already_applied(exc, ddl.ddl_type):
                 log.info("DDL %r already applied downstream (%s); treating it as done", ddl.query, exc)
                 return
             raise ErrExecDDLFailed(
                 f"DDL {ddl.query!r} at commit-ts {ddl.commit_ts} failed downstream: {exc}; fix the downstream "
                 "schema or skip the DDL, then resume the changefeed") from exc
         log.info("DDL at %d applied downstream: %s", ddl.commit_ts, ddl.query)
+
+    def _index_job_running(self, schema: str, table: str) -> bool:
+        """TiDB only: whether the downstream runs an index job on the table (maybe one started
+        before a restart). A failing check counts as no job, as in TiCDC."""
+        try:
+            with self._ddl_session.get().cursor() as cursor:
+                cursor.execute(_RUNNING_INDEX_JOB_SQL, (schema, table))
+                return cursor.fetchone() is not None
+        except (pymysql.err.MySQLError, OSError) as exc:
+            self._ddl_session.close()
+            level = logging.DEBUG if self._index_job_check_failed else logging.WARNING
+            self._index_job_check_failed = True
+            log.log(level, "cannot check the downstream's running index jobs (%s); assuming none", exc)
+            return False
+
+    def running_index_builds(self) -> list[DDLEvent]:
+        """Index DDLs this sink handed to the downstream that have not finished yet."""
+        return self._index_builds.running()
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -378,7 +444,8 @@ class MySQLSink:
             writer.queue.put(None)
         for writer in self._writers:
             writer.join(timeout=30)
-        self._close_ddl()
+        # Background index builds are not waited for: the downstream owns them now.
+        self._ddl_session.close()
 
     def __enter__(self) -> "MySQLSink":
         return self
