@@ -44,6 +44,9 @@ def register(subparsers) -> None:
                             "every topic expression of the --config's [[sink.dispatchers]]")
     kafka.add_argument("--topic-regex", default="",
                        help="read every topic this regex matches in full (with --topics, those too)")
+    kafka.add_argument("--upstream-mysql-uri", default="",
+                       help="mysql://user:password@host:3306/ of the upstream database, to read the rows of "
+                            "handle-key-only large messages (their current values: MariaDB has no snapshot reads)")
     kafka.add_argument("--group-id", default="", help="consumer group id (default sparkcdc-consumer-<topic>)")
     kafka.add_argument("--until-ts", type=int, help="exit once everything up to this commit-ts is applied")
     kafka.set_defaults(func=run_kafka_consumer)
@@ -78,11 +81,20 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     topics = [topic for topic in args.topics.split(",") if topic]
+    upstream = None
+    if args.upstream_mysql_uri:
+        from sparkcdc.upstream.row_lookup import UpstreamRowReader
+
+        upstream_config = parse_mysql_sink_uri(args.upstream_mysql_uri, config)
+        upstream = UpstreamRowReader(lambda: connect(upstream_config, None))
     consumer = KafkaConsumer(kafka_config, downstream, table_info, cache.clear, args.group_id,
-                             topics=topics, topic_regex=args.topic_regex)
+                             topics=topics, topic_regex=args.topic_regex,
+                             upstream_row=upstream.read if upstream is not None else None)
     try:
         reached = consumer.run(stop, args.until_ts)
     finally:
+        if upstream is not None:
+            upstream.close()
         consumer.close()
         downstream.close()
         connection.close()

@@ -8,6 +8,10 @@ below their partition's watermark, and exact copies of a row already buffered. E
 is idempotent (the MySQL sink's replay mode), because a restarted consumer reads the topic
 from the beginning.
 
+Large messages (large-message-handle-option): a claim-check message is replaced by the full
+message read from claim-check-storage-uri; a handle-key-only row gets its other columns from
+upstream (`upstream_row`, see sparkcdc.upstream.row_lookup for what that means on MariaDB).
+
 Protocols: canal-json (with enable-tidb-extension, which carries commit-ts and watermarks),
 open-protocol, simple (BOOTSTRAP messages are skipped), and avro (with enable-tidb-extension and avro-enable-watermark, schemas from the
 registry). An Avro delete is a tombstone without commit-ts: it takes the commit-ts of the next
@@ -30,6 +34,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
 from sparkcdc.sink.kafka.config import KafkaSinkConfig
 from sparkcdc.sink.kafka.dispatcher import topic_pattern
+from sparkcdc.sink.kafka.large_message import ClaimCheckStorage
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +59,7 @@ class RowEvent:
     before: Optional[tuple]  # ((column, value), ...) as sent; converted once the table is known
     after: Optional[tuple]
     convert: Callable  # (TableInfo, column name, raw value) -> canonical value
+    handle_key_only: bool = False  # a large message: the other columns are read from upstream
 
 
 @dataclass(frozen=True)
@@ -92,10 +98,14 @@ def _canal_convert(info: TableInfo, name: str, value: Value) -> Value:
     return value
 
 
-def decode_canal_json(value: bytes) -> list:
+def decode_canal_json(value: bytes, claim_check: Optional[ClaimCheckStorage] = None) -> list:
     """Events of one canal-json message: RowEvent, DDLMessage or ("watermark", ts)."""
     message = json.loads(value)
     extension = message.get("_tidb") or {}
+    location = extension.get("claimCheckLocation")
+    if location:
+        return decode_canal_json(_claim_check(claim_check, location)[1])
+    only_key = bool(extension.get("onlyHandleKey"))
     kind = message.get("type")
     if kind == "TIDB_WATERMARK":
         return [("watermark", int(extension["watermarkTs"]))]
@@ -108,12 +118,21 @@ def decode_canal_json(value: bytes) -> list:
     old = (message.get("old") or [None])[0]
     schema, table = message["database"], message["table"]
     if kind == "INSERT":
-        return [RowEvent(commit_ts, schema, table, "insert", None, tuple(data.items()), _canal_convert)]
+        return [RowEvent(commit_ts, schema, table, "insert", None, tuple(data.items()), _canal_convert, only_key)]
     if kind == "DELETE":
-        return [RowEvent(commit_ts, schema, table, "delete", tuple(data.items()), None, _canal_convert)]
+        return [RowEvent(commit_ts, schema, table, "delete", tuple(data.items()), None, _canal_convert, only_key)]
     before = dict(data)
     before.update(old or {})  # `old` may hold only the changed columns
-    return [RowEvent(commit_ts, schema, table, "update", tuple(before.items()), tuple(data.items()), _canal_convert)]
+    return [RowEvent(commit_ts, schema, table, "update", tuple(before.items()), tuple(data.items()),
+                     _canal_convert, only_key)]
+
+
+def _claim_check(storage: Optional[ClaimCheckStorage], location: str) -> tuple[Optional[bytes], bytes]:
+    if storage is None:
+        raise ErrSinkURIInvalid(
+            f"a message's full row is in claim-check storage ({location}); give the consumer the changefeed's "
+            "--config with [sink.kafka-config.large-message-handle] claim-check-storage-uri")
+    return storage.read(location)
 
 
 def _open_convert(info: TableInfo, name: str, raw) -> Value:
@@ -132,26 +151,31 @@ def _open_convert_json(info: TableInfo, name: str, raw: str) -> Value:
     return _open_convert(info, name, json.loads(raw))
 
 
-def decode_open(key: bytes, value: bytes) -> list:
+def decode_open(key: bytes, value: bytes, claim_check: Optional[ClaimCheckStorage] = None) -> list:
     from sparkcdc.sink.codec.open import TYPE_DDL, TYPE_RESOLVED, decode_message
 
     events: list = []
     for event in decode_message(key, value):
-        if event.kind == TYPE_RESOLVED:
+        if event.claim_check_location:
+            full_key, full_value = _claim_check(claim_check, event.claim_check_location)
+            events.extend(decode_open(full_key or b"", full_value))
+        elif event.kind == TYPE_RESOLVED:
             events.append(("watermark", event.commit_ts))
         elif event.kind == TYPE_DDL:
             events.append(DDLMessage(event.commit_ts, event.schema, event.table, event.value["q"]))
         else:
             body = event.value
+            only_key = event.only_handle_key
             if "d" in body:
                 events.append(RowEvent(event.commit_ts, event.schema, event.table, "delete",
-                                       _open_columns(body["d"]), None, _open_convert_json))
+                                       _open_columns(body["d"]), None, _open_convert_json, only_key))
             elif "p" in body:
                 events.append(RowEvent(event.commit_ts, event.schema, event.table, "update",
-                                       _open_columns(body["p"]), _open_columns(body["u"]), _open_convert_json))
+                                       _open_columns(body["p"]), _open_columns(body["u"]), _open_convert_json,
+                                       only_key))
             else:
                 events.append(RowEvent(event.commit_ts, event.schema, event.table, "insert",
-                                       None, _open_columns(body["u"]), _open_convert_json))
+                                       None, _open_columns(body["u"]), _open_convert_json, only_key))
     return events
 
 
@@ -231,7 +255,8 @@ def _avro_table_of(decoder, data: bytes) -> tuple[str, str]:
     return namespace.split(".", 1)[-1], table
 
 
-def decoder_for(protocol: str, schema_registry: str = "") -> Callable[[Optional[bytes], Optional[bytes]], list]:
+def decoder_for(protocol: str, schema_registry: str = "",
+                claim_check: Optional[ClaimCheckStorage] = None) -> Callable[[Optional[bytes], Optional[bytes]], list]:
     if protocol == "avro":
         from sparkcdc.sink.codec.avro import AvroDecoder, ConfluentSchemaRegistry
 
@@ -240,11 +265,11 @@ def decoder_for(protocol: str, schema_registry: str = "") -> Callable[[Optional[
         avro = AvroDecoder(ConfluentSchemaRegistry(schema_registry))
         return lambda key, value: decode_avro(avro, key, value)
     if protocol == "canal-json":
-        return lambda key, value: decode_canal_json(value) if value else []
+        return lambda key, value: decode_canal_json(value, claim_check) if value else []
     if protocol == "simple":
         return lambda key, value: decode_simple(value) if value else []
     if protocol == "open-protocol":
-        return lambda key, value: decode_open(key, value) if key else []
+        return lambda key, value: decode_open(key, value, claim_check) if key else []
     raise ErrSinkUnknownProtocol(
         f"the Kafka consumer reads {', '.join(CONSUMER_PROTOCOLS)}; {protocol!r} is not supported yet")
 
@@ -254,10 +279,12 @@ class EventMerger:
     """Per-partition buffers and watermarks; `apply_resolved` writes what the watermarks cover."""
 
     def __init__(self, downstream: Downstream, table_info: Callable[[str, str], Optional[TableInfo]],
-                 invalidate: Callable[[], None] = lambda: None):
+                 invalidate: Callable[[], None] = lambda: None,
+                 upstream_row: Optional[Callable[[TableInfo, dict], Optional[tuple]]] = None):
         self._downstream = downstream
         self._table_info = table_info
         self._invalidate = invalidate
+        self._upstream_row = upstream_row  # handle key -> current upstream row (handle-key-only messages)
         self._partitions: dict[tuple[str, int], _Partition] = {}
         self._ddls: dict[tuple[int, str], DDLMessage] = {}
         self.applied_ts = 0
@@ -346,14 +373,26 @@ class EventMerger:
                 if info is None:
                     raise RuntimeError(f"table {row.schema}.{row.table} does not exist downstream")
                 infos[key] = info
+            before, after = self._image(info, row, row.before), self._image(info, row, row.after)
+            if row.handle_key_only and after is not None:
+                after = self._read_upstream(info, after)
+                if after is None:
+                    continue  # deleted upstream since: its delete follows
             group = by_table.setdefault(key, [])
             seq = group[-1].seq + 1 if group and group[-1].commit_ts == row.commit_ts else 0
-            group.append(RowChange(row.commit_ts, row.schema, row.table, row.op,
-                                   before=self._image(info, row, row.before),
-                                   after=self._image(info, row, row.after), seq=seq))
+            group.append(RowChange(row.commit_ts, row.schema, row.table, row.op, before=before, after=after, seq=seq))
         for key, changes in by_table.items():
             self._downstream.write_rows(infos[key], changes)
             self.rows_applied += len(changes)
+
+    def _read_upstream(self, info: TableInfo, key_image: tuple) -> Optional[tuple]:
+        """The full row of a handle-key-only message, as upstream has it now (see row_lookup)."""
+        if self._upstream_row is None:
+            raise ErrSinkURIInvalid(
+                f"a message of {info.schema}.{info.table} carries only the handle key (large-message-handle-option="
+                "handle-key-only); give the consumer --upstream-mysql-uri to read the rest of the row")
+        key = {name: key_image[info.column_names.index(name)] for name in info.handle_key}
+        return self._upstream_row(info, key)
 
     @staticmethod
     def _image(info: TableInfo, row: RowEvent, pairs: Optional[tuple]) -> Optional[tuple]:
@@ -390,12 +429,16 @@ class KafkaConsumer:
     def __init__(self, config: KafkaSinkConfig, downstream: Downstream,
                  table_info: Callable[[str, str], Optional[TableInfo]],
                  invalidate: Callable[[], None] = lambda: None, group_id: str = "",
-                 topics: Sequence[str] = (), topic_regex: str = ""):
+                 topics: Sequence[str] = (), topic_regex: str = "",
+                 upstream_row: Optional[Callable[[TableInfo, dict], Optional[tuple]]] = None):
         from confluent_kafka import Consumer
 
         self.config = config
         self._topics = topics_to_read(config, topics, topic_regex)
-        self._decode = decoder_for(config.protocol, config.schema_registry)
+        handle = config.sink.kafka_config.large_message_handle
+        claim_check = (ClaimCheckStorage(handle.claim_check_storage_uri, handle.claim_check_raw_value)
+                       if handle.claim_check_storage_uri else None)
+        self._decode = decoder_for(config.protocol, config.schema_registry, claim_check)
         conf = config.admin_conf()
         conf.update({
             "group.id": group_id or f"sparkcdc-consumer-{config.topic}",
@@ -404,7 +447,7 @@ class KafkaConsumer:
             "fetch.message.max.bytes": max(config.max_message_bytes, 1048576),
         })
         self._consumer = Consumer(conf)
-        self._merger = EventMerger(downstream, table_info, invalidate)
+        self._merger = EventMerger(downstream, table_info, invalidate, upstream_row)
         self._assigned: set[tuple[str, int]] = set()
 
     @property

@@ -15,6 +15,7 @@ from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import gojson
+from sparkcdc.sink.kafka.large_message import HANDLE_KEY_ONLY
 from sparkcdc.sink.codec.mysqltypes import (
     display_length,
     enum_index,
@@ -230,10 +231,13 @@ class CanalJSONEncoder:
             layout = self._layouts[key] = _TableLayout(table, self._full_types)
         return layout
 
-    def encode_row(self, table: TableInfo, row: RowChange) -> str:
+    def encode_row(self, table: TableInfo, row: RowChange, large: str = "") -> str:
+        """One row message. `large` (a message over max-message-bytes, TiCDC's large-message-handle)
+        keeps only the handle-key columns and marks the `_tidb` extension: "handle-key-only" adds
+        `"onlyHandleKey":true`, any other value is the claim-check location of the full message."""
         layout = self._layout(table)
         columns = table.columns
-        only_handle_key = row.op == "delete" and self._sink.delete_only_output_handle_key_columns
+        only_handle_key = bool(large) or (row.op == "delete" and self._sink.delete_only_output_handle_key_columns)
         keep = layout.handle_key_only if only_handle_key else layout.all_columns
         image = row.before if row.op == "delete" else row.after
         assert image is not None
@@ -263,7 +267,12 @@ class CanalJSONEncoder:
             parts.append('"data":' + layout.fill(image, keep))
         text = ",".join(parts)
         if self._sink.enable_tidb_extension:
-            text += ',"_tidb":{"commitTs":' + str(row.commit_ts) + "}"
+            text += ',"_tidb":{"commitTs":' + str(row.commit_ts)
+            if large == HANDLE_KEY_ONLY:
+                text += ',"onlyHandleKey":true'
+            elif large:
+                text += ',"claimCheckLocation":' + gojson.quote(large)
+            text += "}"
         return text + "}"
 
     def _message(self, schema: str, table: str, is_ddl: bool, event_type: str, ts: int,

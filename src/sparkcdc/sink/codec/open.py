@@ -19,6 +19,7 @@ from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.sink.codec import gojson
 from sparkcdc.sink.codec.mysqltypes import enum_index, enum_name, is_binary, set_mask, set_names, type_name
+from sparkcdc.sink.kafka.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, RECORD_OVERHEAD, LargeMessageHandle
 from sparkcdc.sink.kafka.message import Message
 from sparkcdc.sink.storage.table_definition import action_type
 
@@ -135,13 +136,18 @@ def _columns_json(table: TableInfo, image: Sequence[Value], only_handle: bool = 
     return "{" + ",".join(entries) + "}"
 
 
-def _key_json(ts: int, schema: str, table: str, kind: int) -> str:
+def _key_json(ts: int, schema: str, table: str, kind: int, only_handle_key: bool = False,
+              claim_check_location: str = "") -> str:
     parts = [f'"ts":{ts}']
     if schema:
         parts.append('"scm":' + gojson.quote(schema))
     if table:
         parts.append('"tbl":' + gojson.quote(table))
     parts.append(f'"t":{kind}')
+    if only_handle_key:
+        parts.append('"ohk":true')
+    if claim_check_location:
+        parts.append('"ccl":' + gojson.quote(claim_check_location))
     return "{" + ",".join(parts) + "}"
 
 
@@ -150,55 +156,84 @@ def _frame(*chunks: bytes) -> bytes:
 
 
 _VERSION = struct.pack(">Q", BATCH_VERSION)
+_SINGLE_OVERHEAD = RECORD_OVERHEAD + 16 + 8  # one row alone: version, two length frames, record
 
 
 class OpenProtocolEncoder:
-    """Batches rows of one partition group into messages of up to `max-batch-size` events."""
+    """Batches rows of one partition group into messages of up to `max-batch-size` events and
+    max-message-bytes; a row too large alone follows the large-message-handle option."""
 
     ddl_broadcast = True
 
-    def __init__(self, sink: SinkConfig, max_message_bytes: int = 10485760):
+    def __init__(self, sink: SinkConfig, large: Optional[LargeMessageHandle] = None):
         self._sink = sink
         self._max_batch = sink.kafka_config.codec_config.max_batch_size
-        self._max_bytes = max_message_bytes
+        self._large = large or LargeMessageHandle(protocol="open-protocol")
         self._old_value = sink.open.output_old_value
 
-    def row_value(self, table: TableInfo, row: RowChange) -> str:
+    def row_value(self, table: TableInfo, row: RowChange, only_handle_key: bool = False) -> str:
         if row.op == "delete":
             assert row.before is not None
-            only_handle = self._sink.delete_only_output_handle_key_columns
+            only_handle = only_handle_key or self._sink.delete_only_output_handle_key_columns
             return '{"d":' + _columns_json(table, row.before, only_handle) + "}"
         assert row.after is not None
-        text = '{"u":' + _columns_json(table, row.after)
+        text = '{"u":' + _columns_json(table, row.after, only_handle_key)
         if row.op == "update" and self._old_value:
             assert row.before is not None
-            text += ',"p":' + _columns_json(table, row.before)
+            text += ',"p":' + _columns_json(table, row.before, only_handle_key)
         return text + "}"
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str = "") -> list[Message]:
         messages: list[Message] = []
         keys: list[bytes] = []
         values: list[bytes] = []
-        size = 0
+        length = 0  # of the open message, as TiCDC counts it: version, frames, record overhead
 
         def close() -> None:
-            nonlocal size
+            nonlocal length
             if keys:
                 messages.append(Message(_VERSION + _frame(*keys), _frame(*values), rows=len(keys)))
             keys.clear()
             values.clear()
-            size = 0
+            length = 0
 
         for row in rows:
             key = _key_json(row.commit_ts, table.schema, table.table, TYPE_ROW).encode()
             value = self.row_value(table, row).encode()
-            if keys and (len(keys) >= self._max_batch or size + len(key) + len(value) + 16 > self._max_bytes):
+            if self._large.too_large(len(key) + len(value) + _SINGLE_OVERHEAD):
+                key, value = self._reduce(table, row, key, value)
+                if self._large.option == CLAIM_CHECK:  # its own message, like TiCDC's
+                    close()
+                    messages.append(Message(_VERSION + _frame(key), _frame(value)))
+                    continue
+            if keys and (len(keys) >= self._max_batch or self._large.too_large(length + len(key) + len(value) + 16)):
                 close()
+            if not keys:
+                length = 8 + RECORD_OVERHEAD
             keys.append(key)
             values.append(value)
-            size += len(key) + len(value) + 16
+            length += len(key) + len(value) + 16
         close()
         return messages
+
+    def _reduce(self, table: TableInfo, row: RowChange, key: bytes, value: bytes) -> tuple[bytes, bytes]:
+        """Key and value of a row too large for one message, per large-message-handle-option."""
+        large = self._large
+        if large.option == HANDLE_KEY_ONLY:
+            key = _key_json(row.commit_ts, table.schema, table.table, TYPE_ROW, only_handle_key=True).encode()
+            after = "keeping only the handle key"
+        elif large.option == CLAIM_CHECK:
+            assert large.claim_check is not None
+            location = large.claim_check.write(_VERSION + _frame(key), _frame(value))
+            key = _key_json(row.commit_ts, table.schema, table.table, TYPE_ROW,
+                            claim_check_location=location).encode()
+            after = "moving the row to claim-check storage"
+        else:
+            raise large.refuse(len(key) + len(value) + _SINGLE_OVERHEAD, table.schema, table.table)
+        value = self.row_value(table, row, only_handle_key=True).encode()
+        if large.too_large(len(key) + len(value) + _SINGLE_OVERHEAD):
+            raise large.refuse(len(key) + len(value) + _SINGLE_OVERHEAD, table.schema, table.table, after)
+        return key, value
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]:
         key = _key_json(ddl.commit_ts, ddl.schema, ddl.table, TYPE_DDL).encode()
@@ -218,6 +253,8 @@ class OpenEvent:
     schema: str
     table: str
     value: dict  # the value JSON (empty for resolved)
+    only_handle_key: bool = False  # large-message-handle: the value holds only the handle key
+    claim_check_location: str = ""  # large-message-handle: the full event is in claim-check storage
 
 
 def _unframe(data: bytes) -> Iterator[bytes]:
@@ -238,7 +275,8 @@ def decode_message(key: bytes, value: bytes) -> list[OpenEvent]:
     for key_json, value_json in zip(_unframe(key[8:]), _unframe(value)):
         k = json.loads(key_json)
         events.append(OpenEvent(k["t"], k["ts"], k.get("scm", ""), k.get("tbl", ""),
-                                json.loads(value_json) if value_json else {}))
+                                json.loads(value_json) if value_json else {},
+                                bool(k.get("ohk")), k.get("ccl", "")))
     return events
 
 

@@ -88,6 +88,8 @@ class KafkaSinkConfig:
             "enable.idempotence": self.required_acks == -1,
             "compression.type": self.compression,
             "message.max.bytes": max(self.max_message_bytes + 1024, 1000),
+            # A record batch stays within the topic's max.message.bytes (= max-message-bytes).
+            "batch.size": max(min(self.max_message_bytes, 1000000), 1),
             "socket.connection.setup.timeout.ms": int(self.dial_timeout * 1000),
             "request.timeout.ms": int(self.write_timeout * 1000),
             "message.send.max.retries": self.max_retry if self.required_acks != -1 else 2147483647,
@@ -263,6 +265,18 @@ def parse_kafka_sink_uri(uri: str, config: Optional[ReplicaConfig] = None) -> Ka
             raise ErrSinkURIInvalid(f"large-message-handle-option={large} is valid only for open-protocol, simple and canal-json")
         if protocol == "canal-json" and not enable_extension:
             raise ErrSinkURIInvalid("large-message-handle-option with canal-json needs enable-tidb-extension=true")
+    handle = config.sink.kafka_config.large_message_handle
+    if large == "claim-check" and not handle.claim_check_storage_uri:
+        raise ErrSinkURIInvalid("large-message-handle-option=claim-check needs "
+                                "[sink.kafka-config.large-message-handle] claim-check-storage-uri, e.g. s3://bucket/claim-check")
+    if large == "claim-check":
+        from sparkcdc.sink.storage.location import parse_storage_location
+
+        parse_storage_location(handle.claim_check_storage_uri)
+    if handle.large_message_handle_compression not in ("", "none"):
+        raise ErrSinkUnsupported(
+            f"large-message-handle-compression={handle.large_message_handle_compression} is not built yet; "
+            "use \"none\" (Kafka's own `compression` parameter still compresses batches)")
     if protocol == "simple" and values.get("encoding-format", "json") != "json":
         raise ErrSinkUnsupported("the simple protocol is built with encoding-format=json only; avro is not yet")
     if protocol == "simple" and large != "none":

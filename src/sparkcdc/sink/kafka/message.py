@@ -13,6 +13,7 @@ from typing import Callable, Optional, Protocol, Sequence
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.sink.kafka.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, RECORD_OVERHEAD, LargeMessageHandle
 
 
 @dataclass(frozen=True)
@@ -40,13 +41,33 @@ class CanalJSONMessageEncoder:
 
     ddl_broadcast = False
 
-    def __init__(self, sink: SinkConfig, clock: Optional[Callable[[], float]] = None):
+    def __init__(self, sink: SinkConfig, clock: Optional[Callable[[], float]] = None,
+                 large: Optional[LargeMessageHandle] = None):
         from sparkcdc.sink.codec.canal_json import CanalJSONEncoder
 
         self._encoder = CanalJSONEncoder(sink, clock=clock) if clock else CanalJSONEncoder(sink)
+        self._large = large or LargeMessageHandle(protocol="canal-json")
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]:
-        return [Message(None, self._encoder.encode_row(table, row).encode()) for row in rows]
+        return [Message(None, self._encode_row(table, row)) for row in rows]
+
+    def _encode_row(self, table: TableInfo, row: RowChange) -> bytes:
+        value = self._encoder.encode_row(table, row).encode()
+        large = self._large
+        if not large.too_large(len(value) + RECORD_OVERHEAD):
+            return value
+        if large.option == HANDLE_KEY_ONLY:
+            reduced = self._encoder.encode_row(table, row, HANDLE_KEY_ONLY).encode()
+            after = "keeping only the handle key"
+        elif large.option == CLAIM_CHECK:
+            assert large.claim_check is not None
+            reduced = self._encoder.encode_row(table, row, large.claim_check.write(None, value)).encode()
+            after = "moving the row to claim-check storage"
+        else:
+            raise large.refuse(len(value) + RECORD_OVERHEAD, table.schema, table.table)
+        if large.too_large(len(reduced) + RECORD_OVERHEAD):
+            raise large.refuse(len(reduced) + RECORD_OVERHEAD, table.schema, table.table, after)
+        return reduced
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]:
         value = self._encoder.encode_ddl(ddl)
@@ -57,29 +78,29 @@ class CanalJSONMessageEncoder:
         return Message(None, value) if value is not None else None
 
 
-def _canal_json(sink: SinkConfig, clock, registry) -> MessageEncoder:
-    return CanalJSONMessageEncoder(sink, clock)
+def _canal_json(sink: SinkConfig, clock, registry, large) -> MessageEncoder:
+    return CanalJSONMessageEncoder(sink, clock, large)
 
 
-def _open_protocol(sink: SinkConfig, clock, registry) -> MessageEncoder:
+def _open_protocol(sink: SinkConfig, clock, registry, large) -> MessageEncoder:
     from sparkcdc.sink.codec.open import OpenProtocolEncoder
 
-    return OpenProtocolEncoder(sink)
+    return OpenProtocolEncoder(sink, large)
 
 
-def _debezium(sink: SinkConfig, clock, registry) -> MessageEncoder:
+def _debezium(sink: SinkConfig, clock, registry, large) -> MessageEncoder:
     from sparkcdc.sink.codec.debezium import DebeziumEncoder
 
     return DebeziumEncoder(sink, clock) if clock else DebeziumEncoder(sink)
 
 
-def _avro(sink: SinkConfig, clock, registry) -> MessageEncoder:
+def _avro(sink: SinkConfig, clock, registry, large) -> MessageEncoder:
     from sparkcdc.sink.codec.avro import make_avro_encoder
 
     return make_avro_encoder(sink, registry)
 
 
-def _simple(sink: SinkConfig, clock, registry) -> MessageEncoder:
+def _simple(sink: SinkConfig, clock, registry, large) -> MessageEncoder:
     from sparkcdc.sink.codec.simple import SimpleEncoder
 
     return SimpleEncoder(sink, clock) if clock else SimpleEncoder(sink)
@@ -95,9 +116,12 @@ _MESSAGE_ENCODERS = {
 
 
 def make_message_encoder(protocol: str, sink: SinkConfig, clock: Optional[Callable[[], float]] = None,
-                         schema_registry: str = "") -> MessageEncoder:
+                         schema_registry: str = "", max_message_bytes: int = 10485760) -> MessageEncoder:
+    """The encoder for `protocol`; canal-json and open-protocol handle rows over
+    `max_message_bytes` as `[sink.kafka-config.large-message-handle]` says."""
     factory = _MESSAGE_ENCODERS.get(protocol)
     if factory is None:
         raise ErrSinkUnknownProtocol(
             f"protocol {protocol!r} is not implemented for Kafka yet; use one of: {', '.join(_MESSAGE_ENCODERS)}")
-    return factory(sink, clock, schema_registry)
+    large = LargeMessageHandle.from_config(sink.kafka_config.large_message_handle, max_message_bytes, protocol)
+    return factory(sink, clock, schema_registry, large)

@@ -41,7 +41,7 @@ class KafkaSink:
         self._rules = config.sink.dispatchers
         self._router = EventRouter(self.config.topic, self._rules, config.case_sensitive)
         self._encoder = make_message_encoder(self.config.protocol, self.config.sink, clock,
-                                             self.config.schema_registry)
+                                             self.config.schema_registry, self.config.max_message_bytes)
         self._producer = producer or Producer(self.config.producer_conf())
         self._admin = admin or AdminClient(self.config.admin_conf())
         self._partitions: dict[str, int] = {}
