@@ -99,6 +99,10 @@ def test_client_users_guard_writes_not_reads(tmp_path, pki):
     try:
         anonymous = APIClient(api.url, ssl_context=context)
         assert anonymous.list_changefeeds()["total"] == 0  # reads are open, as in TiCDC
+        assert anonymous.query_tso()["logic_time"] == 5  # so are the POSTs that change nothing
+        with pytest.raises(errors.SparkCDCError) as exc:
+            anonymous.request("POST", "/api/v2/log", {"log_level": "info"})
+        assert exc.value.http_status == 401
         request = urllib.request.Request(api.url + "/api/v2/changefeeds", data=json.dumps(body).encode(),
                                          method="POST")
         with pytest.raises(urllib.error.HTTPError) as refused:

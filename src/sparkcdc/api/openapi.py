@@ -153,7 +153,7 @@ PATHS: dict[str, dict] = {
     "/api/v2/health": {"get": _op("health of this server", None)},
     "/api/v2/status": {"get": _op("this capture's status", "ServerStatus")},
     "/api/v2/log": {"post": _op("set the log level", None, body=_body("LogLevelReq", True), write=True)},
-    "/api/v2/tso": {"post": _op("the current timestamp (TSO)", "Tso", body=_body("PDConfig"), write=True)},
+    "/api/v2/tso": {"post": _op("the current timestamp (TSO)", "Tso", body=_body("PDConfig"))},
     "/api/v2/changefeeds": {
         "get": _op("list changefeeds", "ChangefeedList", params=(
             _NAMESPACE, {"name": "state", "in": "query", "required": False,
@@ -186,8 +186,7 @@ PATHS: dict[str, dict] = {
     "/api/v2/processors/{changefeed_id}/{capture_id}": {
         "get": _op("one processor", "ProcessorDetail", 404, params=(_CF_ID, _CAPTURE_ID, _NAMESPACE))},
     "/api/v2/verify_table": {
-        "post": _op("eligible and ineligible tables for a config", "Tables", 503, body=_body("VerifyTableConfig"),
-                    write=True)},
+        "post": _op("eligible and ineligible tables for a config", "Tables", 503, body=_body("VerifyTableConfig"))},
     "/api/v2/owner/resign": {"post": _op("make the owner resign", None, 503, write=True)},
     "/api/v2/unsafe/metadata": {"get": _op("every metadata key and value, secrets masked", "EtcdDataList")},
     "/api/v2/openapi.json": {
@@ -207,7 +206,8 @@ def openapi_document() -> dict:
             "version": sparkcdc_version(),
             "description": "TiCDC's Open API v2 (routes and JSON shapes of tiflow cdc/api/v2) for a "
                            "MariaDB/MySQL upstream. Errors are {error_msg, error_code}. With "
-                           "security.client-user-required, POST/PUT/DELETE need HTTP basic auth.",
+                           "security.client-user-required, POST/PUT/DELETE (except tso and "
+                           "verify_table) need HTTP basic auth.",
         },
         "paths": PATHS,
         "components": {

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -28,11 +29,12 @@ class ServerProcess:
     port: int = field(default_factory=free_port)
     log_path: Optional[str] = None
     extra_args: tuple[str, ...] = ()  # more `sparkcdc server` flags, e.g. ("--pd", etcd.endpoint)
+    ssl_context: Optional[ssl.SSLContext] = None  # for a server started with --cert/--key (https)
     process: Optional[subprocess.Popen] = field(default=None, init=False)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180.0) -> "ServerProcess":
         os.makedirs(self.data_dir, exist_ok=True)
@@ -61,7 +63,7 @@ class ServerProcess:
         request = urllib.request.Request(self.url + path, data=data, method=method,
                                          headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.ssl_context) as response:
                 text = response.read().decode()
         except urllib.error.HTTPError as exc:
             raise ApiError(exc.code, exc.read().decode()) from None
