@@ -111,3 +111,40 @@ def test_list_all_and_namespaces(server, capsys):
     assert [(r["id"], r["namespace"]) for r in json.loads(out)] == [("a", "ns2")]
     assert run(capsys, *cf(server, "pause", "-c", "a"))[0] == 1
     assert run(capsys, *cf(server, "pause", "-c", "a", "-n", "ns2"))[0] == 0
+
+
+def test_processor_synced_and_unsafe_metadata(server, capsys):
+    run(capsys, *cf(server, "create", "-c", "cf-1", "--sink-uri", "mysql://u:pw@h:3306/", "--no-confirm"))
+    code, out, _ = run(capsys, "cli", "processor", "list", "--server", server)
+    assert code == 0 and json.loads(out) == [{"namespace": "default", "changefeed_id": "cf-1", "capture_id": "cap-1"}]
+    code, out, _ = run(capsys, "cli", "processor", "query", "-c", "cf-1", "-p", "cap-1", "--server", server)
+    assert code == 0 and json.loads(out)["status"] == {"table_ids": [11, 12]}
+    assert json.loads(out)["position"]["checkpoint-ts"] == NOW
+    code, _, err = run(capsys, "cli", "processor", "query", "-c", "cf-1", "-p", "cap-2", "--server", server)
+    assert code == 1 and "ErrProcessorNotExists" in err
+    code, out, _ = run(capsys, *cf(server, "synced", "-c", "cf-1"))
+    assert code == 0 and set(json.loads(out)) == {"synced", "sink_checkpoint_ts", "puller_resolved_ts",
+                                                  "last_synced_ts", "now_ts", "info"}
+    code, out, _ = run(capsys, "cli", "unsafe", "show-metadata", "--server", server)
+    assert code == 0 and out.endswith("Show 0 KVs\n")
+
+
+def test_tls_flags_need_https_and_users_go_in_basic_auth(server, capsys, tmp_path, monkeypatch):
+    code, _, err = run(capsys, "cli", "capture", "list", "--server", server, "--ca", str(tmp_path / "ca.pem"))
+    assert code == 1 and "ErrSecurityConfig" in err and "https://" in err
+    seen = []
+    from sparkcdc.api import client as client_module
+    original = client_module.urllib.request.urlopen
+
+    def spy(request, **kwargs):
+        seen.append(request.get_header("Authorization"))
+        return original(request, **kwargs)
+
+    monkeypatch.setattr(client_module.urllib.request, "urlopen", spy)
+    monkeypatch.setenv("TICDC_USER", "alice")
+    monkeypatch.setenv("TICDC_PASSWORD", "pw:with:colons")
+    assert run(capsys, "cli", "tso", "query", "--server", server)[0] == 0
+    import base64
+    assert seen == ["Basic " + base64.b64encode(b"alice:pw:with:colons").decode()]
+    assert run(capsys, "cli", "tso", "query", "--server", server, "--user", "bob", "--password", "x")[0] == 0
+    assert seen[-1] == "Basic " + base64.b64encode(b"bob:x").decode()
