@@ -37,6 +37,23 @@ if [ ! -f .venv/.installed ] || [ pyproject.toml -nt .venv/.installed ]; then
   touch .venv/.installed
 fi
 
+# Native row decoder (optional): Rust, built from native/ into .venv with maturin when cargo is
+# installed (rustup's ~/.cargo/bin counts). Without cargo sparkcdc uses the pure Python decoder;
+# `sparkcdc --version` says which one is in use. Rebuilt only when native/ changes.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if command -v cargo >/dev/null 2>&1; then
+  native_stamp="$(cat native/Cargo.toml native/Cargo.lock native/pyproject.toml native/src/*.rs | sha256sum | cut -d' ' -f1)"
+  if [ "$(cat .venv/.native-built 2>/dev/null)" != "$native_stamp" ]; then
+    echo "== building the native row decoder (native/, Rust via maturin)"
+    .venv/bin/pip install -q ./native
+    echo "$native_stamp" > .venv/.native-built
+  fi
+else
+  echo "== cargo not found: skipping the native row decoder; the pure Python decoder will be used"
+fi
+
 # Object storage emulators (S3, GCS, Azure) used by the storage tests.
 if [ -x scripts/setup-emulators.sh ]; then
   ./scripts/setup-emulators.sh

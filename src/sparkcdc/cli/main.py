@@ -13,6 +13,7 @@ SUBCOMMAND_MODULES = ["sparkcdc.cli.cli_cmd", "sparkcdc.cli.server_cmd", "sparkc
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="sparkcdc", description="Change data capture with TiCDC's contract")
+    parser.add_argument("--version", action="version", version=version_text())
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for module_name in SUBCOMMAND_MODULES:
@@ -24,6 +25,14 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(subparsers)
     return parser
+
+
+def version_text() -> str:
+    """`sparkcdc --version`: the release and which row decoder this installation uses."""
+    from sparkcdc import __version__
+    from sparkcdc.upstream.native_decode import decoder_description
+
+    return f"sparkcdc {__version__}, {decoder_description()}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ import sys
 import threading
 
 from sparkcdc.errors import SparkCDCError
+from sparkcdc.upstream.native_decode import decoder_description
 
 
 def register(subparsers) -> None:
@@ -100,6 +101,7 @@ def run_server(args: argparse.Namespace) -> int:
         return 1
     log = logging.getLogger("sparkcdc.server")
     log.info("starting capture %s for upstream %s", capture.id, capture.upstream.masked_uri())
+    log.info("%s", decoder_description())
     capture.open()
     try:
         api = serve(args.addr, capture.store, capture, security, capture.verify_user)

@@ -7,11 +7,17 @@ cached by their raw bytes (which include the table id) and reused; results are u
 TIME(fsp) with a negative value and a fraction: the library decodes the integer and fractional
 parts separately and gets the fraction wrong (`-01:02:03.040506` reads back as `.959494`).
 MySQL/MariaDB store TIME2 as one big-endian integer offset by 0x800000 << (8 * fraction bytes).
+
+DATE and DATETIME with a zero part (`2024-00-15`, `0000-01-01 10:00:00`; allowed unless sql_mode
+has NO_ZERO_IN_DATE): the library cannot build a Python date for them and reports None, which
+values.null_value turns into the zero date, losing the value. Such values are returned as a
+`CivilDateTime` with the same attributes, which values.converter formats like a datetime.
 """
 
 from __future__ import annotations
 
 import datetime
+from typing import NamedTuple
 
 from pymysqlreplication.row_event import RowsEvent, TableMapEvent
 
@@ -36,6 +42,40 @@ def _read_time2(self, column) -> datetime.timedelta:
         microseconds=fraction * _FRACTION_UNIT[fraction_bytes],
     )
     return -delta if negative else delta
+
+
+class CivilDateTime(NamedTuple):
+    """A DATE/DATETIME value Python's datetime cannot hold (a zero year, month or day)."""
+
+    year: int
+    month: int
+    day: int
+    hour: int = 0
+    minute: int = 0
+    second: int = 0
+    microsecond: int = 0
+
+
+def _read_date(self):
+    raw = self.packet.read_uint24()
+    if raw == 0:
+        return None  # the zero date, reported as before
+    year, month, day = raw >> 9, (raw >> 5) & 0x0F, raw & 0x1F
+    try:
+        return datetime.date(year, month, day)
+    except ValueError:
+        return CivilDateTime(year, month, day)
+
+
+def _read_datetime2(self, column):
+    raw = int.from_bytes(self.packet.read(5), "big")
+    microsecond = self._RowsEvent__read_fsp(column)
+    year_month = (raw >> 22) & 0x1FFFF
+    parts = (year_month // 13, year_month % 13, (raw >> 17) & 0x1F, (raw >> 12) & 0x1F, (raw >> 6) & 0x3F, raw & 0x3F)
+    try:
+        return datetime.datetime(*parts, microsecond)
+    except ValueError:
+        return CivilDateTime(*parts, microsecond)
 
 
 def _make_cached_table_map_init(original):
@@ -71,6 +111,8 @@ def _make_cached_table_map_init(original):
 
 def apply() -> None:
     RowsEvent._RowsEvent__read_time2 = _read_time2
+    RowsEvent._RowsEvent__read_date = _read_date
+    RowsEvent._RowsEvent__read_datetime2 = _read_datetime2
     if not getattr(TableMapEvent.__init__, "_sparkcdc_cached", False):
         TableMapEvent.__init__ = _make_cached_table_map_init(TableMapEvent.__init__)
 

@@ -2,6 +2,8 @@
 
 A `BinlogRange` is plain picklable data and opens no connection until `read_range` is called.
 Each range uses its own replication connection (its own `server_id`), so ranges decode in parallel.
+mysql-replication frames the events; row images are decoded by the native decoder when it is
+built (`native_decode`), else by mysql-replication and `values.converter` (the reference).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import unsupported_event
 from sparkcdc.upstream import decoder_fixes  # noqa: F401  (corrects TIME2 decoding)
+from sparkcdc.upstream.native_decode import compile_layout, native_module
 from sparkcdc.upstream.values import converter, null_value
 
 RANGE_EVENTS = [
@@ -56,12 +59,21 @@ class BinlogRange:
     tables: dict[str, str] = field(default_factory=dict)  # "schema.table" -> TableInfo.to_json()
 
 
-class _TableLayout:
-    """How to turn one table's decoded row dicts into canonical tuples, built once per table map."""
+# A pymysql packet's payload holds a 1-byte OK marker and the 19-byte event header before the body.
+_EVENT_BODY_OFFSET = 20
+_KNOWN_POST_HEADER = {23: 8, 24: 8, 25: 8, 30: 10, 31: 10, 32: 10}
+_OPS = {WriteRowsEvent: "insert", DeleteRowsEvent: "delete", UpdateRowsEvent: "update"}
 
-    __slots__ = ("schema", "table", "names", "converters", "columns")
 
-    def __init__(self, info: TableInfo, binlog_names: list[str]):
+class TableLayout:
+    """How to turn one table's row images into canonical tuples, built once per table map:
+    natively from the raw event body when the native decoder handles every column, else from
+    mysql-replication's decoded row dicts."""
+
+    __slots__ = ("schema", "table", "names", "converters", "columns", "native")
+
+    def __init__(self, info: TableInfo, binlog_columns: list, native=None):
+        binlog_names = [c.name for c in binlog_columns]
         if list(binlog_names) != list(info.column_names):
             raise ErrBinlogUnsupportedEvent(
                 f"table {info.schema}.{info.table}: binlog columns {binlog_names} do not match the schema "
@@ -75,6 +87,7 @@ class _TableLayout:
         self.converters: list[tuple[str, Callable, object]] = [
             (c.name, converter(c), c) for c in info.columns
         ]
+        self.native = None if native is None else compile_layout(native, info, binlog_columns)
 
     def values(self, row_values: dict, none_sources: dict) -> tuple[Value, ...]:
         out = []
@@ -92,7 +105,8 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
     infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
-    layouts: dict[tuple[int, str, str], Optional[_TableLayout]] = {}
+    native = native_module()
+    layouts: dict[tuple[int, str, str], Optional[TableLayout]] = {}
     end_key = r.end.key()
     txn = -1
     seq = 0
@@ -125,12 +139,15 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
                 layout = layouts.get(key, False)
                 if layout is False:
                     info = infos.get(f"{event.schema}.{event.table}")
-                    layout = None if info is None else _TableLayout(info, [c.name for c in event.columns])
+                    layout = None if info is None else TableLayout(info, event.columns, native)
                     layouts[key] = layout
                 if layout is not None:
                     commit_ts = r.commit_ts[txn]
-                    yield from _rows(event, layout, commit_ts, seq)
-                    seq += len(event.rows)
+                    if layout.native is not None:
+                        seq = yield from native_row_changes(event, layout, commit_ts, seq)
+                    else:
+                        yield from pure_row_changes(event, layout, commit_ts, seq)
+                        seq += len(event.rows)
             elif isinstance(event, (NotImplementedEvent, XAPrepareEvent)):
                 raise unsupported_event(event)
             if (int(stream.log_file.rsplit(".", 1)[1]), stream.log_pos) >= end_key:
@@ -143,7 +160,37 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
         )
 
 
-def _rows(event, layout: _TableLayout, commit_ts: int, seq: int) -> Iterator[RowChange]:
+def native_row_changes(event, layout: TableLayout, commit_ts: int, seq: int):
+    """Yields the event's rows decoded natively from its raw body; returns the next seq."""
+    known = _KNOWN_POST_HEADER.get(event.event_type)
+    if known is None:
+        raise ErrBinlogUnsupportedEvent(f"rows event type {event.event_type} is not supported")
+    start = _EVENT_BODY_OFFSET
+    images = layout.native.decode(
+        event.event_type,
+        event.packet.packet._data,
+        start,
+        start + event.event_size,
+        event._declared_post_header_len(known) - known,
+    )
+    schema, table = layout.schema, layout.table
+    op = _OPS[type(event)]
+    if op == "update":
+        for i in range(0, len(images), 2):
+            yield RowChange(commit_ts, schema, table, op, images[i], images[i + 1], seq)
+            seq += 1
+    elif op == "insert":
+        for after in images:
+            yield RowChange(commit_ts, schema, table, op, None, after, seq)
+            seq += 1
+    else:
+        for before in images:
+            yield RowChange(commit_ts, schema, table, op, before, None, seq)
+            seq += 1
+    return seq
+
+
+def pure_row_changes(event, layout: TableLayout, commit_ts: int, seq: int) -> Iterator[RowChange]:
     schema, table = layout.schema, layout.table
     if isinstance(event, WriteRowsEvent):
         for i, row in enumerate(event.rows):
