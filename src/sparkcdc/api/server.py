@@ -28,7 +28,7 @@ from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
-from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier
+from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier, client_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,13 @@ class ChangefeedController(Protocol):
 
 
 class _Request:
-    def __init__(self, method: str, path: str, query: dict[str, list[str]], body: bytes):
+    def __init__(self, method: str, path: str, query: dict[str, list[str]], body: bytes,
+                 authorization: Optional[str] = None):
         self.method = method
         self.path = path
         self.query = query
         self.body = body
+        self.authorization = authorization  # forwarded to the owner, never logged
 
     def param(self, name: str, default: str | None = None) -> str | None:
         values = self.query.get(name)
@@ -137,9 +139,13 @@ def _now_iso() -> str:
 class OpenAPI:
     """The route handlers; transport-free so the HTTP layer stays a thin shell."""
 
-    def __init__(self, store: MetaStore, controller: ChangefeedController):
+    def __init__(self, store: MetaStore, controller: ChangefeedController, security: SecurityConfig = SecurityConfig()):
         self.store = store
         self.controller = controller
+        # How this capture calls the owner: the same TLS files it serves with (TiCDC does the same).
+        self._forward_scheme = "https" if security.tls_enabled else "http"
+        self._forward_context = (client_ssl_context(security.ca_path, security.cert_path, security.key_path)
+                                 if security.tls_enabled else None)
         # Serialises state transitions of changefeeds (create/pause/resume/update/remove).
         self._lock = threading.Lock()
         self._routes: list[tuple[str, re.Pattern, Callable[..., _Response]]] = []
@@ -259,10 +265,13 @@ class OpenAPI:
         owner = next((c for c in self.controller.list_captures() if c.get("is_owner")), None)
         if owner is None:
             raise errors.ErrServerUnreachable("no owner is elected right now; retry in a few seconds")
-        forward = urllib.request.Request(f"http://{owner['address']}/api/v2/owner/resign", data=b"{}", method="POST",
-                                         headers={"Content-Type": "application/json"})
+        headers = {"Content-Type": "application/json"}
+        if request.authorization:
+            headers["Authorization"] = request.authorization
+        forward = urllib.request.Request(f"{self._forward_scheme}://{owner['address']}/api/v2/owner/resign",
+                                         data=b"{}", method="POST", headers=headers)
         try:
-            with urllib.request.urlopen(forward, timeout=10) as response:
+            with urllib.request.urlopen(forward, timeout=10, context=self._forward_context) as response:
                 response.read()
         except OSError as exc:
             raise errors.ErrServerUnreachable(f"owner {owner['id']} at {owner['address']} did not answer: {exc}")
@@ -577,7 +586,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             body = self.rfile.read(length) if length else b""
             response = self._authenticate() or self.api.dispatch(
-                _Request(self.command, url.path, parse_qs(url.query), body))
+                _Request(self.command, url.path, parse_qs(url.query), body, self.headers.get("Authorization")))
         payload = json.dumps(response.body).encode()
         self.send_response(response.status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
@@ -686,5 +695,6 @@ def serve(addr: str, store: MetaStore, controller: ChangefeedController, securit
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
         raise errors.ErrAPIInvalidParam(f"--addr {addr!r} must be host:port, e.g. 127.0.0.1:8300")
-    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller), security.validate(),
+    security = security.validate()
+    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller, security), security,
                      verify_user)

@@ -7,6 +7,7 @@ import getpass
 import json
 import os
 import sys
+import time
 from typing import Callable
 
 from sparkcdc import errors
@@ -86,6 +87,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     processor_query.add_argument("-c", "--changefeed-id", required=True)
     processor_query.add_argument("-p", "--capture-id", required=True)
     processor_query.set_defaults(func=_processor_query)
+
+    statistics = add("statistics", _statistics, "print the changefeed's sink and replication gaps every interval")
+    statistics.add_argument("-c", "--changefeed-id", required=True)
+    statistics.add_argument("-I", "--interval", type=int, default=10, help="seconds between outputs (default 10)")
+    statistics.add_argument("--iterations", type=int, default=0, help="stop after this many outputs (0 = run until ^C)")
 
     synced = add("synced", _synced, "whether the downstream has caught up with the upstream")
     synced.add_argument("-c", "--changefeed-id", required=True)
@@ -341,3 +347,21 @@ def _unsafe_show_metadata(args) -> int:
         print(f"Key: {entry['key']}, Value: {entry['value']}")
     print(f"Show {len(entries)} KVs")
     return 0
+
+
+def _statistics(args) -> int:
+    """TiCDC's `changefeed statistics` without ops/count: sparkcdc does not count rows per changefeed."""
+    if args.interval < 1:
+        raise errors.ErrAPIInvalidParam("--interval must be at least 1 second")
+    client = _client(args)
+    printed = 0
+    while True:
+        info = client.get_changefeed(args.changefeed_id, args.namespace)
+        now = client.query_tso()["timestamp"]
+        checkpoint_ms = tso.physical_ms(info["checkpoint_ts"])
+        _print_json({"sink_gap": f"{tso.physical_ms(info['resolved_ts']) - checkpoint_ms}ms",
+                     "replication_gap": f"{now - checkpoint_ms}ms"})
+        printed += 1
+        if args.iterations and printed >= args.iterations:
+            return 0
+        time.sleep(args.interval)
