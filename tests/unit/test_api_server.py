@@ -257,7 +257,9 @@ def test_meta_info_processors_and_log_level(api):
     import logging
 
     create(api)
-    assert call(api, "GET", "/api/v2/changefeeds/cf-1/meta_info")[1] == call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    info = call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
+    assert info["task_status"] == [{"capture_id": "cap-1", "table_ids": [11, 12]}]
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1/meta_info")[1] == {**info, "task_status": []}
     assert call(api, "GET", "/api/v2/processors")[1] == {
         "total": 1, "items": [{"namespace": "default", "changefeed_id": "cf-1", "capture_id": "cap-1"}]}
     assert call(api, "GET", "/api/v2/processors/cf-1/cap-1") == (200, {"table_ids": [11, 12]})

@@ -101,7 +101,7 @@ SCHEMAS: dict[str, dict] = {
         "admin_job_type": {"type": "integer", "enum": [0, 1]},
         "config": _ref("ReplicaConfig"), "state": {"type": "string", "enum": _STATES},
         "error": _ref("RunningError"), "creator_version": _STR, "resolved_ts": _INT, "checkpoint_ts": _INT,
-        "checkpoint_time": _TIME, "task_status": {"type": "array", "items": {"type": "object"}},
+        "checkpoint_time": _TIME, "task_status": {"type": "array", "items": _ref("CaptureTaskStatus")},
     }),
     "ChangefeedStatus": _object({
         "state": {"type": "string", "enum": _STATES}, "resolved_ts": _INT, "checkpoint_ts": _INT,
@@ -111,6 +111,7 @@ SCHEMAS: dict[str, dict] = {
         "synced": _BOOL, "sink_checkpoint_ts": _TIME, "puller_resolved_ts": _TIME, "last_synced_ts": _TIME,
         "now_ts": _TIME, "info": _STR,
     }),
+    "CaptureTaskStatus": _object({"capture_id": _STR, "table_ids": {"type": "array", "items": {"type": "integer"}}}),
     "EtcdData": _object({"key": _STR, "value": _STR}),
     "EtcdDataList": {"type": "array", "items": _ref("EtcdData")},
 }

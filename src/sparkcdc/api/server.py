@@ -159,7 +159,7 @@ class OpenAPI:
             ("PUT", cf, self.update_changefeed),
             ("DELETE", cf, self.delete_changefeed),
             ("GET", cf + r"/status", self.changefeed_status),
-            ("GET", cf + r"/meta_info", self.get_changefeed),
+            ("GET", cf + r"/meta_info", self.get_changefeed_meta_info),
             ("GET", cf + r"/synced", self.changefeed_synced),
             ("POST", cf + r"/pause", self.pause_changefeed),
             ("POST", cf + r"/resume", self.resume_changefeed),
@@ -347,7 +347,16 @@ class OpenAPI:
 
     def get_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
         info = self.store.get_changefeed(request.namespace, changefeed_id)
-        return _ok(self._info_json(info))
+        document = self._info_json(info)
+        # TiCDC's CaptureTaskStatus: which capture runs the changefeed, with its tables.
+        document["task_status"] = [
+            {"capture_id": capture_id, "table_ids": self.controller.processor_table_ids(info)}
+            for namespace, processor_changefeed, capture_id in self.controller.processors()
+            if (namespace, processor_changefeed) == (info.namespace, info.id)]
+        return _ok(document)
+
+    def get_changefeed_meta_info(self, request: _Request, changefeed_id: str) -> _Response:
+        return _ok(self._info_json(self.store.get_changefeed(request.namespace, changefeed_id)))
 
     def changefeed_status(self, request: _Request, changefeed_id: str) -> _Response:
         info = self.store.get_changefeed(request.namespace, changefeed_id)
