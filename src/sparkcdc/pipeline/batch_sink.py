@@ -106,7 +106,23 @@ def _test_only_kill_mid_batch(planned: list[tuple[TableInfo, list[RowChange]]], 
     info, rows = planned[0]
     sink.write_rows(info, rows)
     sink.flush()
-    log.error("TEST-ONLY: killing the server after %s.%s of a %d-table batch", info.schema, info.table, len(planned))
+    _test_only_kill(f"after {info.schema}.{info.table} of a {len(planned)}-table batch")
+
+
+# TEST-ONLY: when set, the server SIGKILLs its own process group right after it has executed a DDL
+# whose text contains this value, before the checkpoint passes the DDL: the restart replays the
+# DDL, which must take effect once. Never set it in production.
+TEST_ONLY_KILL_AFTER_DDL_ENV = "SPARKCDC_TEST_ONLY_KILL_AFTER_DDL"
+
+
+def _test_only_kill_after_ddl(ddls: list[DDLEvent]) -> None:
+    trigger = os.environ.get(TEST_ONLY_KILL_AFTER_DDL_ENV)
+    if trigger and any(trigger in ddl.query for ddl in ddls):
+        _test_only_kill(f"after the DDL matching {trigger!r}, before its checkpoint")
+
+
+def _test_only_kill(where: str) -> None:
+    log.error("TEST-ONLY: killing the server %s", where)
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -173,6 +189,7 @@ def write_batch(
         sink.write_ddl(ddl)
     if ddls:
         sink.flush()
+        _test_only_kill_after_ddl(ddls)
     if syncpoint is not None and syncpoint.due(start, end):
         position = index.position_at(end)
         syncpoint.record(end, str(position) if position is not None else None)
