@@ -38,7 +38,7 @@ class FakeController:
 
     def start(self, info):
         if self.fail_start:
-            raise RuntimeError("boom")
+            raise RuntimeError(f"boom writing to {info.sink_uri}")
         self.started.append(info.id)
 
     def stop(self, namespace, id):
@@ -319,3 +319,14 @@ def test_synced_status_cases(ago_synced_s, checkpoint_lag_s, puller_lead_s, sync
                            synced_check_interval_s=300, checkpoint_interval_s=15)
     assert status["synced"] is synced and status["info"].startswith(info_start)
     assert status["now_ts"] == tso.format_time(tso.compose(now_ms))
+
+
+def test_error_messages_never_carry_uri_passwords(api):
+    from sparkcdc.api.server import mask_uri_passwords
+
+    api.controller.fail_start = True
+    status, error = create(api, sink_uri="mysql://root:p@ss-w0rd@127.0.0.1:3306/")
+    assert status == 500 and "boom writing to mysql://root:xxxxx@127.0.0.1:3306/" in error["error_msg"]
+    assert "ss-w0rd" not in json.dumps(error)
+    assert mask_uri_passwords("'kafka://u:x@b:9092/t' file:///a http://h:80/x") == \
+        "'kafka://u:xxxxx@b:9092/t' file:///a http://h:80/x"

@@ -191,10 +191,10 @@ class OpenAPI:
                                        f"{request.method} is not allowed on {request.path}")
             return _error_response(404, "SPARKCDC:ErrAPINotFound", f"no API route {request.path}")
         except errors.SparkCDCError as exc:
-            return _Response(exc.http_status, exc.to_json())
+            return _error_response(exc.http_status, exc.code, mask_uri_passwords(exc.message))
         except Exception as exc:  # a bug must not kill the server; say what happened
             log.exception("API handler failed on %s %s", request.method, request.path)
-            return _error_response(500, errors.SparkCDCError.code, f"internal error: {exc}")
+            return _error_response(500, errors.SparkCDCError.code, mask_uri_passwords(f"internal error: {exc}"))
 
     # -- server ------------------------------------------------------------------------------
     def health(self, request: _Request) -> _Response:
@@ -517,6 +517,14 @@ def mask_secrets(document: Any) -> Any:
     if isinstance(document, list):
         return [mask_secrets(value) for value in document]
     return document
+
+
+_URI_PASSWORD = re.compile(r"([a-zA-Z][\w+.-]*://[^:/@\s'\"]+:)([^\s'\"]+)(@)")
+
+
+def mask_uri_passwords(text: str) -> str:
+    """Belt and braces for messages that quote a URI: `scheme://user:password@` -> `user:xxxxx@`."""
+    return _URI_PASSWORD.sub(r"\1xxxxx\3", text)
 
 
 def mask_secrets_in_text(text: str) -> str:
