@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 _INT = {"type": "integer", "minimum": 0}
+_TS = {"type": "integer", "minimum": 0, "maximum": (1 << 63) - 1}
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
 _TIME = {"type": "string", "description": "UTC time, `2006-01-02 15:04:05.000`"}
@@ -73,17 +74,17 @@ SCHEMAS: dict[str, dict] = {
     "ChangefeedConfig": _object({
         "namespace": _STR,
         "changefeed_id": {"type": "string", "pattern": r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$", "maxLength": 128},
-        "start_ts": _INT, "target_ts": _INT,
+        "start_ts": _TS, "target_ts": _TS,
         "sink_uri": {"type": "string", "description": "e.g. mysql://user:pass@host:3306/ or file:///path"},
         "replica_config": _ref("ReplicaConfig"),
         **_PD_FIELDS,
     }, required=("sink_uri",)),
     "UpdateChangefeedConfig": _object({
-        "namespace": _STR, "target_ts": _INT, "sink_uri": _STR, "replica_config": _ref("ReplicaConfig"),
+        "namespace": _STR, "target_ts": _TS, "sink_uri": _STR, "replica_config": _ref("ReplicaConfig"),
         **_PD_FIELDS,
     }, required=()),
-    "ResumeChangefeedConfig": _object({"overwrite_checkpoint_ts": _INT, **_PD_FIELDS}, required=()),
-    "VerifyTableConfig": _object({"replica_config": _ref("ReplicaConfig"), "start_ts": _INT, "sink_uri": _STR,
+    "ResumeChangefeedConfig": _object({"overwrite_checkpoint_ts": _TS, **_PD_FIELDS}, required=()),
+    "VerifyTableConfig": _object({"replica_config": _ref("ReplicaConfig"), "start_ts": _TS, "sink_uri": _STR,
                                   **_PD_FIELDS}, required=()),
     "TableName": _object({"database_name": _STR, "table_name": _STR, "table_id": {"type": "integer"},
                           "is_partition": _BOOL}),

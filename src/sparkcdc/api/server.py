@@ -36,6 +36,7 @@ CHANGEFEED_ID_PATTERN = re.compile(r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$")
 DEFAULT_NAMESPACE = "default"
 MAX_BODY_BYTES = 16 << 20
 OPENAPI_PATH = "/api/v2/openapi.json"
+MAX_TS = (1 << 63) - 1  # timestamps are stored as signed 64-bit integers (SQLite, etcd JSON readers)
 # POST routes that change nothing: open without a client user, as in TiCDC.
 READ_ONLY_POSTS = frozenset({"/api/v2/tso", "/api/v2/verify_table"})
 # TiCDC's log levels (zap) and the Python level each maps to.
@@ -118,8 +119,8 @@ def _int_field(document: dict, name: str, default: int = 0) -> int:
     value = document.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise errors.ErrAPIInvalidParam(f"`{name}` must be a non-negative integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TS:
+        raise errors.ErrAPIInvalidParam(f"`{name}` must be an integer in [0, {MAX_TS}], got {value!r}")
     return value
 
 
@@ -564,6 +565,9 @@ def _start_ts_field(value: Any) -> int | str:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise errors.ErrStartTsInvalid(f"start_ts must be a TSO integer, got {value!r}")
+    number = value if isinstance(value, int) else (int(value) if value.strip().isdigit() else None)
+    if number is not None and not 0 <= number <= MAX_TS:
+        raise errors.ErrStartTsInvalid(f"start_ts must be a TSO in [0, {MAX_TS}], got {value!r}")
     return value
 
 
