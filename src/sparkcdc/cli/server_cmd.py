@@ -70,7 +70,9 @@ def _security(args: argparse.Namespace):
         flags["cert_allowed_cn"] = tuple(cn.strip() for cn in args.cert_allowed_cn.split(",") if cn.strip())
     from dataclasses import replace
 
-    return replace(security, **flags).validate()
+    security = replace(security, **flags).validate()
+    security.server_ssl_context()  # load the files now: a bad certificate fails before Spark starts
+    return security
 
 
 def run_server(args: argparse.Namespace) -> int:
