@@ -7,7 +7,9 @@ import pytest
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key
 from sparkcdc.sink.mysql.sql import (
+    RESET_TIMESTAMP,
     PlanOptions,
+    ddl_prelude,
     delete_row_sql,
     delete_rows_sql,
     insert_sql,
@@ -183,3 +185,41 @@ def test_keyless_tables_keep_upstream_order():
         "DELETE FROM `db`.`tb` WHERE `a` = ? AND `b` = ? LIMIT 1",
         "UPDATE `db`.`tb` SET `a` = ?, `b` = ? WHERE `a` = ? AND `b` = ? LIMIT 1",
     ]
+
+
+def test_single_row_insert_and_replace():
+    info = table(["c", "c2"], ["c"])
+    assert insert_sql(info, [img(1, None)]).sql == "INSERT INTO `db`.`tb` (`c`,`c2`) VALUES (?,?)"
+    s = insert_sql(info, [img(1, None)], replace=True)
+    assert s.sql == "REPLACE INTO `db`.`tb` (`c`,`c2`) VALUES (?,?)" and s.args == (1, None) and s.rows == 1
+
+
+def test_delete_multi_rows_two_column_key_and_a_null_key_value():
+    info = table(["c", "c2", "c3"], ["c", "c2"])
+    s = delete_rows_sql(info, [img(1, 2, 3), img(4, None, 6)])
+    # A key holding NULL cannot find the row by key: every column, NULL-safe.
+    assert s.sql == ("DELETE FROM `db`.`tb` WHERE (`c` = ? AND `c2` = ?) OR "
+                     "(`c` = ? AND `c2` IS ? AND `c3` = ?)")
+    assert s.args == (1, 2, 4, None, 6)
+
+
+def test_multi_row_update_only_on_tidb_below_the_row_size_and_in_chunks():
+    info = table(["a", "b"], ["a"])
+    rows = _rows(*[("update", (i, 0), (i, 1)) for i in range(5)])
+    tidb = PlanOptions(downstream_tidb=True, max_multi_update_row=2)
+    assert [(s.sql.count("WHEN"), s.rows) for s in plan_transaction(info, rows, tidb)] == [(4, 2), (4, 2), (2, 1)]
+    # Rows larger on average than max-multi-update-row-size (bytes) are updated one by one.
+    small_limit = PlanOptions(downstream_tidb=True, max_multi_update_row_size=1)
+    assert {s.sql for s in plan_transaction(info, rows, small_limit)} == {
+        "UPDATE `db`.`tb` SET `a` = ?, `b` = ? WHERE `a` = ? LIMIT 1"}
+    assert len(plan_transaction(info, rows, PlanOptions())) == 5  # MySQL/MariaDB: always per row
+
+
+def test_ddl_session_statements():
+    assert ddl_prelude("db", "add column", 1_700_000_004_250) == [
+        "USE `db`", "SET TIMESTAMP = DEFAULT", "SET TIMESTAMP = 1700000004.250"]
+    # Creating or dropping a database does not USE it; a DDL without a time keeps the server's.
+    assert ddl_prelude("new`db", "create database", 1_000) == ["SET TIMESTAMP = DEFAULT", "SET TIMESTAMP = 1.000"]
+    assert ddl_prelude("d", "drop database", 0) == ["SET TIMESTAMP = DEFAULT"]
+    assert ddl_prelude("we`ird", "create table", 0)[0] == "USE `we``ird`"
+    assert RESET_TIMESTAMP == "SET TIMESTAMP = DEFAULT"

@@ -43,13 +43,12 @@ from sparkcdc.sink.mysql.connection import (
     detect_flavor,
 )
 from sparkcdc.sink.mysql.error_codes import error_number, is_ddl_already_applied, is_retryable
-from sparkcdc.sink.mysql.sql import PlanOptions, Statement, plan_transaction, quote_name, render
+from sparkcdc.sink.mysql.sql import RESET_TIMESTAMP, PlanOptions, Statement, ddl_prelude, plan_transaction, render
 
 log = logging.getLogger(__name__)
 
 # One multi-statement round trip stays well under the default max_allowed_packet (16 MiB).
 MULTI_STATEMENT_LIMIT = 4 * 1024 * 1024
-_DATABASE_DDL_TYPES = frozenset({"create database", "create schema", "drop database", "drop schema"})
 # TiCDC's check for an index job it did not start (async_ddl.go, TiDB before v8.x's ADMIN SHOW DDL JOBS).
 _RUNNING_INDEX_JOB_SQL = (
     "SELECT JOB_ID FROM information_schema.ddl_jobs WHERE DB_NAME = %s AND TABLE_NAME = %s "
@@ -379,19 +378,16 @@ class MySQLSink:
             session.close()
 
     def _execute_ddl(self, ddl: DDLEvent, session: _DDLSession) -> None:
+        prelude = ddl_prelude(ddl.schema, ddl.ddl_type, physical_ms(ddl.commit_ts))
+
         def execute(connection) -> None:
             with connection.cursor() as cursor:
-                if ddl.schema and ddl.ddl_type not in _DATABASE_DDL_TYPES:
-                    cursor.execute(f"USE {quote_name(ddl.schema)}")
-                # Upstream time, so DEFAULT CURRENT_TIMESTAMP fills the same value downstream.
-                cursor.execute("SET TIMESTAMP = DEFAULT")
-                milliseconds = physical_ms(ddl.commit_ts)
-                if milliseconds > 0:
-                    cursor.execute(f"SET TIMESTAMP = {milliseconds / 1000:.3f}")
+                for statement in prelude:
+                    cursor.execute(statement)
                 try:
                     cursor.execute(ddl.query)
                 finally:
-                    cursor.execute("SET TIMESTAMP = DEFAULT")
+                    cursor.execute(RESET_TIMESTAMP)
 
         try:
             self._with_retry(f"DDL at {ddl.commit_ts}", execute, self.ddl_retry, session)

@@ -260,6 +260,27 @@ def _plan_keyless(info: TableInfo, rows: Sequence[RowChange], options: PlanOptio
     return statements
 
 
+# ---------------------------------------------------------------------------------------------
+# DDL sessions
+# ---------------------------------------------------------------------------------------------
+
+DATABASE_DDL_TYPES = frozenset({"create database", "create schema", "drop database", "drop schema"})
+RESET_TIMESTAMP = "SET TIMESTAMP = DEFAULT"
+
+
+def ddl_prelude(schema: str, ddl_type: str, commit_physical_ms: int) -> list[str]:
+    """What runs before a DDL's query on its session (TiCDC's execDDL): `USE` its database unless
+    the DDL creates or drops one, then the session timestamp set to the upstream commit time so
+    DEFAULT CURRENT_TIMESTAMP fills the same value. RESET_TIMESTAMP runs after the query."""
+    statements = []
+    if schema and ddl_type not in DATABASE_DDL_TYPES:
+        statements.append(f"USE {quote_name(schema)}")
+    statements.append(RESET_TIMESTAMP)
+    if commit_physical_ms > 0:
+        statements.append(f"SET TIMESTAMP = {commit_physical_ms / 1000:.3f}")
+    return statements
+
+
 def render(sql: str, args: Sequence[Any], literal: Callable[[Any], str]) -> str:
     """`sql` with each `?` outside backquoted names replaced by `literal(arg)`."""
     out: list[str] = []
