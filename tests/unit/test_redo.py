@@ -281,8 +281,11 @@ class RecordingRedo:
             def add_ddls(self, ddls):
                 calls.append(("redo-ddls", len(ddls)))
 
-            def commit(self):
-                calls.append(("redo-commit", end))
+            def seal(self):
+                calls.append(("redo-seal", end))
+
+            def wait(self):
+                calls.append(("redo-durable", end))
         return Batch()
 
     def checkpoint(self, ts):
@@ -317,10 +320,36 @@ def test_redo_is_committed_before_the_sink_and_persisted_before_a_ddl():
     calls = sink.calls
     write_batch(table, index, sink, TableFilter(["*.*"]).match_event, lambda ts: calls.append(("meta", ts)),
                 redo=RecordingRedo(calls), syncpoint=RecordingSyncpoint(calls))
-    assert calls == [("redo-rows", "t", 1), ("redo-ddls", 1), ("redo-commit", 30),
+    assert calls == [("redo-rows", "t", 1), ("redo-ddls", 1), ("redo-seal", 30), ("redo-durable", 30),
                      ("rows", "t", [(20, 1)]), ("flush",), ("redo-flush-checkpoint", 29),
                      ("ddl", "ALTER TABLE t ADD c INT"), ("flush",), ("syncpoint", 30, "mysql-bin.000001:30"),
                      ("checkpoint", 30), ("meta", 30), ("redo-checkpoint", 30)]
+
+
+def test_a_large_batch_goes_through_the_redo_log_in_pieces_cut_between_transactions(monkeypatch):
+    other = TableInfo("db", "u", 8, INFO.columns, 3, ("id",))
+    index = PositionIndex([], 100, tables=[INFO, other])
+    raw = []
+    for ts in range(10, 100, 10):  # 9 transactions of 3 rows in two tables
+        raw += [(ts, 0, "db", "t", "insert", None, [str(ts), f"u{ts}", "x"]),
+                (ts, 1, "db", "t", "insert", None, [str(ts + 1), f"u{ts + 1}", "x"]),
+                (ts, 2, "db", "u", "insert", None, [str(ts), f"u{ts}", "x"])]
+    table = batch_table(raw + [(100, 5, "", "", RANGE_MARKER, None, None)])
+    sink = RecordingSink()
+    calls = sink.calls
+    monkeypatch.setattr("sparkcdc.pipeline.batch_sink.REDO_PIECE_ROWS", 7)
+    write_batch(table, index, sink, TableFilter(["*.*"]).match_event, lambda ts: None, redo=RecordingRedo(calls))
+    seals = [c[1] for c in calls if c[0] == "redo-seal"]
+    assert seals == [30, 60, 100]  # about 7 rows each, whole transactions, the last ends at the batch end
+    # All pieces are handed to the redo thread first; each is durable before the sink gets its rows.
+    assert [c[0] for c in calls[:12]].count("redo-seal") == 3
+    for piece_end in seals:
+        durable = calls.index(("redo-durable", piece_end))
+        rows_of_piece = [i for i, c in enumerate(calls) if c[0] == "rows" and c[2] and c[2][-1][0] <= piece_end
+                         and c[2][0][0] > {30: 0, 60: 30, 100: 60}[piece_end]]
+        assert rows_of_piece and all(i > durable for i in rows_of_piece)
+    written = [ts for c in calls if c[0] == "rows" for ts, _ in c[2]]
+    assert sorted(written) == sorted(r[0] for r in raw)
 
 
 # -- config ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ duplicates, never gaps.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import signal
@@ -126,6 +127,66 @@ def _test_only_kill(where: str) -> None:
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
+# Rows per redo piece: a batch's redo is cut at transaction borders into pieces of about this
+# many rows, so the sink applies piece k while piece k+1 is encoded and written.
+REDO_PIECE_ROWS = 1000
+
+
+def redo_pieces(planned: list[tuple[TableInfo, list[RowChange]]], start: int, end: int,
+                piece_rows: int = REDO_PIECE_ROWS) -> list[tuple[int, int, list[tuple[TableInfo, list[RowChange]]]]]:
+    """(piece start, piece end, rows per table) covering (start, end], cut between transactions."""
+    commit_counts: dict[int, int] = {}
+    for _, rows in planned:
+        for row in rows:
+            commit_counts[row.commit_ts] = commit_counts.get(row.commit_ts, 0) + 1
+    cuts, in_piece = [], 0
+    ordered = sorted(commit_counts)
+    for commit_ts in ordered[:-1]:  # the last transaction's piece ends at the batch end
+        in_piece += commit_counts[commit_ts]
+        if in_piece >= piece_rows:
+            cuts.append(commit_ts)
+            in_piece = 0
+    bounds = [start, *cuts, end]
+    pieces = []
+    for low, high in zip(bounds, bounds[1:]):
+        tables = []
+        for info, rows in planned:
+            first = bisect.bisect_right(rows, low, key=lambda r: r.commit_ts)
+            last = bisect.bisect_right(rows, high, key=lambda r: r.commit_ts)
+            if last > first:
+                tables.append((info, rows[first:last]))
+        pieces.append((low, high, tables))
+    return pieces
+
+
+def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tuple[TableInfo, list[RowChange]]],
+                        ddls: list[DDLEvent], sink: RowSink) -> int:
+    """Each piece is durable in the redo log (and the meta's resolved-ts at its end) before the
+    sink gets it; the redo thread works on the next piece while the sink takes this one."""
+    pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS)
+    logged = []
+    for low, high, tables in pieces:
+        piece = redo.batch(low, high)
+        for info, rows in tables:
+            piece.add_rows(info, rows)
+        if high == end:
+            piece.add_ddls(ddls)
+        piece.seal()
+        logged.append(piece)
+    if os.environ.get(TEST_ONLY_KILL_MID_BATCH_ENV):
+        for piece in logged:
+            piece.wait()
+        _test_only_kill_mid_batch(planned, sink)
+    written = 0
+    for piece, (_, _, tables) in zip(logged, pieces):
+        piece.wait()
+        for info, rows in tables:
+            sink.write_rows(info, rows)
+            written += len(rows)
+    sink.flush()
+    return written
+
+
 def write_batch(
     table: pa.Table,
     index: TxnIndex,
@@ -142,7 +203,6 @@ def write_batch(
     if bounds is None:
         return None
     start, end = bounds
-    redo_batch = redo.batch(start, end) if redo is not None else None
     written = 0
     planned: list[tuple[TableInfo, list[RowChange]]] = []
     for (schema, name), rows in rows_by_table(table).items():
@@ -156,11 +216,10 @@ def write_batch(
             rows = split_key_updates(info, rows)
         if filters is not None:
             info, rows = filters.rows(info, rows)
-        if redo_batch is None:
+        if redo is None:
             sink.write_rows(info, rows)  # the sink's writers start while the next table is planned
             written += len(rows)
         else:
-            redo_batch.add_rows(info, rows)  # encoded and written in the background meanwhile
             planned.append((info, rows))
     # Allow list, valid-index and rename rules; a DDL that must stop the changefeed raises
     # after the rows before it are downstream, as it always did.
@@ -171,14 +230,10 @@ def write_batch(
             ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
     except Exception as exc:
         ddls, ddl_error = [], exc
-    if redo_batch is not None and (planned or ddls):
-        redo_batch.add_ddls(ddls)
-        redo_batch.commit()  # durable, and the meta's resolved-ts is `end`, before the sink starts
-    _test_only_kill_mid_batch(planned, sink)
-    for info, rows in planned:
-        sink.write_rows(info, rows)
-        written += len(rows)
-    sink.flush()
+    if redo is not None and (planned or ddls):
+        written = _write_through_redo(redo, start, end, planned, ddls, sink)
+    else:
+        sink.flush()
     if ddl_error is not None:
         raise ddl_error
     if ddls and redo is not None:

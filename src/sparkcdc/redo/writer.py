@@ -262,13 +262,22 @@ class RedoBatch:
         if ddls:
             self._add("ddl", fmt.KIND_DDL, lambda: fmt.encode_ddls(ddls))
 
+    def seal(self) -> None:
+        """No more frames: the COMMIT frame and the meta follow in the background."""
+        writer = self._writer
+        frames = self._frames
+        self._futures.append(writer._submit(lambda: writer._commit(self.start, self.end, frames)))
+
     def commit(self) -> None:
         """Return once the batch is durable and the meta's resolved-ts is its end."""
-        writer = self._writer
-        self._futures.append(writer._submit(lambda: writer._commit(self.start, self.end, self._frames)))
+        self.seal()
+        self.wait()
+
+    def wait(self) -> None:
+        """Return once a sealed batch is durable and the meta's resolved-ts is its end."""
         for future in self._futures:
             try:
                 future.result()
             except BaseException:
                 break
-        writer._raise_if_failed()
+        self._writer._raise_if_failed()
