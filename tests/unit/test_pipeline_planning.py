@@ -8,7 +8,7 @@ from hypothesis import given, strategies as st
 from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.source import RANGE_MARKER, plan_batch_end, split_ranges
+from sparkcdc.pipeline.source import RANGE_MARKER, SourceOptions, plan_batch_end, split_ranges
 from sparkcdc.upstream.txn_index import TxnRecord
 
 
@@ -60,6 +60,22 @@ def test_batch_bytes_cap_cuts_on_a_transaction_boundary():
     assert plan_batch_end(index, 5, 0, 100) == 20
     # A single transaction larger than the cap still makes progress.
     assert plan_batch_end(index, 5, 0, 10) == 10
+
+
+def test_a_failover_backlog_is_replayed_in_bounded_batches_that_cover_it_all():
+    # 40 MB of 8 KB transactions waiting at the checkpoint when a capture takes a changefeed over
+    # (what the HA e2e saw): the checkpoint must move batch by batch, not after one huge batch.
+    backlog = [txn(ts, 8 << 10) for ts in range(1, 5121)]
+    index = FakeIndex(backlog, resolved=6000)
+    cap = SourceOptions.from_options({"index_path": "x", "upstream_uri": "mysql://u@h/", "start_ts": "0"}).max_batch_bytes
+    start, batches = 0, []
+    while (end := plan_batch_end(index, start, 0, cap)) > start:
+        batches.append(index.txns_between(start, end))
+        start = end
+    assert start == 6000
+    assert [t for batch in batches for t in batch] == backlog
+    assert len(batches) >= 4
+    assert all(sum(t.size for t in batch) <= cap + (8 << 10) for batch in batches)
 
 
 @given(st.lists(st.tuples(st.integers(1, 500), st.booleans()), max_size=40), st.integers(1, 8))
