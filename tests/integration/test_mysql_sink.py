@@ -383,3 +383,31 @@ def test_index_ddl_builds_in_the_background_on_a_tidb_flavoured_downstream(downs
         if safety is not None:
             safety.cancel()
         sink.close()
+
+
+def test_long_running_ddl_is_not_cut_by_the_read_timeout(downstream, caplog):
+    """TiCDC runs table-rewriting DDLs without a timeout. With read-timeout=1s, an ADD COLUMN that
+    waits 3s (a reader holds the table's metadata lock) finishes on the first try."""
+    import threading
+    import time
+
+    with open_sink(downstream, "read-timeout=1s") as sink:
+        setup_table(sink, downstream, "db8", "CREATE TABLE t (a INT PRIMARY KEY)", "t")
+        reader = downstream.connect("db8", autocommit=False)
+        with reader.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SELECT COUNT(*) FROM t")
+        release = threading.Timer(3.0, reader.commit)
+        release.start()
+        started = time.monotonic()
+        sink.write_ddl(ddl(3, "db8", "t", "ALTER TABLE t ADD COLUMN c INT", "add column"))
+        assert time.monotonic() - started >= 2.5
+        release.join()
+        reader.close()
+    assert "retrying" not in caplog.text
+    conn = downstream.connect("db8")
+    with conn.cursor() as cur:
+        cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'db8' "
+                    "AND TABLE_NAME = 't' ORDER BY ORDINAL_POSITION")
+        assert [r[0] for r in cur.fetchall()] == ["a", "c"]
+    conn.close()

@@ -42,9 +42,11 @@ def _ssl_context(config: MySQLSinkConfig) -> Optional[ssl.SSLContext]:
     return context
 
 
-def connect(config: MySQLSinkConfig, time_zone: Optional[str], multi_statements: bool = False):
+def connect(config: MySQLSinkConfig, time_zone: Optional[str], multi_statements: bool = False,
+            bounded_reads: bool = True):
     """A session with utf8mb4, READ-COMMITTED, foreign_key_checks=0, and `time_zone` (None keeps
-    the server's). sql_mode drops the zero-date checks so values the upstream stored replay."""
+    the server's). sql_mode drops the zero-date checks so values the upstream stored replay.
+    `bounded_reads=False` waits for a reply without the URI's read-timeout (long DDLs)."""
     connection = pymysql.connect(
         host=config.host,
         port=config.port,
@@ -53,7 +55,7 @@ def connect(config: MySQLSinkConfig, time_zone: Optional[str], multi_statements:
         charset="utf8mb4",
         autocommit=True,
         connect_timeout=max(1, min(int(config.dial_timeout), 31536000)),
-        read_timeout=max(1, int(config.read_timeout)),
+        read_timeout=max(1, int(config.read_timeout)) if bounded_reads else None,
         write_timeout=max(1, int(config.write_timeout)),
         ssl=_ssl_context(config),
         client_flag=CLIENT.MULTI_STATEMENTS if multi_statements else 0,

@@ -26,6 +26,7 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrExecDDLFailed, ErrMySQLConnectionError, ErrMySQLTxnError, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
+from sparkcdc.schema import ddl_types as T
 from sparkcdc.sink.mysql.async_ddl import (
     ASYNC_DDL_GRACE_SECONDS,
     ASYNC_DDL_TYPES,
@@ -49,6 +50,14 @@ log = logging.getLogger(__name__)
 
 # One multi-statement round trip stays well under the default max_allowed_packet (16 MiB).
 MULTI_STATEMENT_LIMIT = 4 * 1024 * 1024
+# DDLs that scan or rewrite a whole table run without the read-timeout, as TiCDC runs its
+# "reorg or partition" DDLs without one (mysql_ddl_sink.go isReorgOrPartitionDDL); MariaDB and
+# MySQL rebuild tables for more of them (ALTER TABLE ... ENGINE, charset conversion).
+LONG_RUNNING_DDL_TYPES = frozenset({
+    T.CREATE_INDEX, T.ADD_PRIMARY_KEY, T.ADD_COLUMN, T.DROP_COLUMN, T.MODIFY_COLUMN, T.MULTI_SCHEMA_CHANGE,
+    T.ADD_PARTITION, T.EXCHANGE_PARTITION, T.REORGANIZE_PARTITION, T.ALTER_PARTITIONING, T.REMOVE_PARTITIONING,
+    T.ALTER_TABLE, T.MODIFY_TABLE_CHARSET,
+})
 # TiCDC's check for an index job it did not start (async_ddl.go, TiDB before v8.x's ADMIN SHOW DDL JOBS).
 _RUNNING_INDEX_JOB_SQL = (
     "SELECT JOB_ID FROM information_schema.ddl_jobs WHERE DB_NAME = %s AND TABLE_NAME = %s "
@@ -206,15 +215,18 @@ class _Writer(threading.Thread):
 
 
 class _DDLSession:
-    """One DDL connection, opened on first use and reopened after a connection error."""
+    """One DDL connection, opened on first use and reopened after a connection error.
+    `bounded_reads=False`: no read-timeout, for DDLs that may run for hours."""
 
-    def __init__(self, sink: "MySQLSink"):
+    def __init__(self, sink: "MySQLSink", bounded_reads: bool = True):
         self._sink = sink
+        self._bounded_reads = bounded_reads
         self._connection = None
 
     def get(self):
         if self._connection is None:
-            self._connection = connect(self._sink.config, self._sink.config.ddl_time_zone)
+            self._connection = connect(self._sink.config, self._sink.config.ddl_time_zone,
+                                       bounded_reads=self._bounded_reads)
             if self._sink.flavor is DownstreamFlavor.TIDB:
                 apply_tidb_session(self._connection, self._sink.config)
         return self._connection
@@ -255,6 +267,7 @@ class MySQLSink:
         self._error_lock = threading.Lock()
         self.flavor: Optional[DownstreamFlavor] = None  # set below; sessions opened before read it
         self._ddl_session = _DDLSession(self)
+        self._long_ddl_session = _DDLSession(self, bounded_reads=False)
         self._meta: dict[tuple[str, str, int], TableMeta] = {}
         detected = self._detect_flavor()
         self.flavor = test_only_flavor or detected
@@ -368,10 +381,11 @@ class MySQLSink:
         if self.flavor is DownstreamFlavor.TIDB and ddl.ddl_type in ASYNC_DDL_TYPES:
             self._index_builds.start(ddl)
             return
-        self._execute_ddl(ddl, self._ddl_session)
+        long_running = ddl.ddl_type in LONG_RUNNING_DDL_TYPES
+        self._execute_ddl(ddl, self._long_ddl_session if long_running else self._ddl_session)
 
     def _run_background_ddl(self, ddl: DDLEvent) -> None:
-        session = _DDLSession(self)  # its own connection: the sink's DDL session stays free
+        session = _DDLSession(self, bounded_reads=False)  # its own connection; builds may take hours
         try:
             self._execute_ddl(ddl, session)
         finally:
@@ -442,6 +456,7 @@ class MySQLSink:
             writer.join(timeout=30)
         # Background index builds are not waited for: the downstream owns them now.
         self._ddl_session.close()
+        self._long_ddl_session.close()
 
     def __enter__(self) -> "MySQLSink":
         return self
