@@ -30,6 +30,8 @@ def secured(mariadb, tmp_path_factory):
         for user in ("cdcadmin", "outsider"):
             for host in ("%", "127.0.0.1", "localhost"):
                 cur.execute(f"CREATE USER IF NOT EXISTS '{user}'@'{host}' IDENTIFIED BY '{PASSWORD}'")
+        cur.execute("CREATE DATABASE IF NOT EXISTS secured_db")
+        cur.execute("CREATE TABLE IF NOT EXISTS secured_db.t (id INT PRIMARY KEY, v VARCHAR(10))")
     conn.close()
     config = base / "server.toml"
     config.write_text('[security]\nclient-user-required = true\nclient-allowed-user = ["cdcadmin"]\n')
@@ -88,6 +90,19 @@ def test_client_users_are_checked_by_the_upstream(secured):
     assert [row["id"] for row in listing] == ["secure-cf"]
     processors = json.loads(cli(server, "processor", "list", cert=good).stdout)
     assert [p["changefeed_id"] for p in processors] == ["secure-cf"]
+    capture_id = processors[0]["capture_id"]
+    query = json.loads(cli(server, "processor", "query", "-c", "secure-cf", "-p", capture_id, cert=good).stdout)
+    eligible = server.api("POST", "/api/v2/verify_table", {})["eligible_tables"]
+    secured_table = next(t["table_id"] for t in eligible if (t["database_name"], t["table_name"]) == ("secured_db", "t"))
+    assert secured_table in query["status"]["table_ids"]
+    assert query["status"]["table_ids"] == sorted(t["table_id"] for t in eligible)
+    synced = json.loads(cli(server, "changefeed", "synced", "-c", "secure-cf", cert=good).stdout)
+    assert isinstance(synced["synced"], bool) and synced["puller_resolved_ts"] >= synced["sink_checkpoint_ts"]
+    statistics = json.loads(cli(server, "changefeed", "statistics", "-c", "secure-cf", "--iterations", "1",
+                                cert=good).stdout)
+    assert statistics["replication_gap"].endswith("ms")
+    metadata = cli(server, "unsafe", "show-metadata", cert=good).stdout
+    assert "/changefeed/info/secure-cf" in metadata and metadata.rstrip().endswith("KVs")
     assert cli(server, "changefeed", "pause", "-c", "secure-cf", cert=good, env=env).returncode == 0
     assert cli(server, "changefeed", "remove", "-c", "secure-cf", cert=good, env=env).returncode == 0
 
