@@ -119,14 +119,15 @@ class AsyncIndexBuilds:
             self._execute(build.ddl)
         except BaseException as exc:  # start() raises it, or it is logged once nobody waits for it
             build.error = exc
+        # Under the lock start() decides whether it hands the build over; a handed-over build's
+        # outcome is logged before anyone waiting for it goes on.
         with self._lock:
+            if build.handed_over and build.error is not None:
+                log.error("background index DDL at %d failed downstream: %s; the index is missing downstream, "
+                          "create it there by hand: %s", build.ddl.commit_ts, build.error, build.ddl.query)
+            elif build.handed_over:
+                log.info("background index DDL at %d finished downstream: %s", build.ddl.commit_ts, build.ddl.query)
             build.done.set()
-            handed_over = build.handed_over
-        if handed_over and build.error is not None:
-            log.error("background index DDL at %d failed downstream: %s; the index is missing downstream, create it "
-                      "there by hand: %s", build.ddl.commit_ts, build.error, build.ddl.query)
-        elif handed_over:
-            log.info("background index DDL at %d finished downstream: %s", build.ddl.commit_ts, build.ddl.query)
 
     def running(self) -> list[DDLEvent]:
         """Index DDLs started and not yet finished."""
