@@ -156,3 +156,12 @@ def test_statistics_prints_gaps(server, capsys):
     # the fake server's clock is NOW; the changefeed's checkpoint and resolved ts are 1000 (physical 0 ms)
     assert code == 0 and json.loads(out) == {"sink_gap": "0ms", "replication_gap": f"{tso.physical_ms(NOW)}ms"}
     assert run(capsys, *cf(server, "statistics", "-c", "cf-1", "-I", "0"))[0] == 1
+
+
+def test_create_schema_registry_flag_sets_the_sink_config(server, capsys):
+    code, out, err = run(capsys, *cf(server, "create", "-c", "avro-cf", "--no-confirm", "--log-level", "info",
+                                     "--sink-uri", "kafka://127.0.0.1:9092/t?protocol=avro",
+                                     "--schema-registry", "http://127.0.0.1:8081"))
+    assert code == 0, err
+    info = json.loads(out.splitlines()[2].removeprefix("Info: "))
+    assert info["config"]["sink"]["schema_registry"] == "http://127.0.0.1:8081"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import logging
 import os
 import sys
 import time
@@ -47,6 +48,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("--start-ts", type=_tso_arg, default=0, help="0 = now")
     create.add_argument("--target-ts", type=_tso_arg, default=0)
     create.add_argument("--no-confirm", action="store_true", help="do not ask for confirmation")
+    create.add_argument("--schema-registry", default="",
+                        help="Avro schema registry URL (sets [sink] schema-registry, as TiCDC's flag)")
 
     listing = add("list", _list, "list changefeeds")
     listing.add_argument("-a", "--all", action="store_true", help="include finished and removed changefeeds")
@@ -131,9 +134,13 @@ def _add_connection_flags(parser: argparse.ArgumentParser, defaults: bool) -> No
     parser.add_argument("--user", default=default(""), help="client user for basic auth (env TICDC_USER)")
     parser.add_argument("--password", default=default(""),
                         help="its password (env TICDC_PASSWORD; asked on the terminal when --user is given alone)")
+    parser.add_argument("--log-level", default=default("warn"), choices=["debug", "info", "warn", "error"],
+                        help="the CLI's own log level (default warn)")
 
 
 def _client(args: argparse.Namespace) -> APIClient:
+    logging.basicConfig(level={"warn": "WARNING"}.get(args.log_level, args.log_level.upper()),
+                        format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s")
     ca = args.ca or os.environ.get("TICDC_CA_PATH", "")
     cert = args.cert or os.environ.get("TICDC_CERT_PATH", "")
     key = args.key or os.environ.get("TICDC_KEY_PATH", "")
@@ -190,6 +197,9 @@ def _create(args) -> int:
         body["changefeed_id"] = args.changefeed_id
     if args.config:
         body["replica_config"] = _read_config(args.config)
+    if args.schema_registry:
+        config = body.setdefault("replica_config", replica_config_to_dict(parse_replica_config("")))
+        config["sink"]["schema_registry"] = args.schema_registry
     client = _client(args)
     if not _accept_ineligible_tables(client, body, args.no_confirm):
         print("No changefeed is created because you don't want to ignore some tables.")
