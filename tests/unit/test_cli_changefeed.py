@@ -165,3 +165,47 @@ def test_create_schema_registry_flag_sets_the_sink_config(server, capsys):
     assert code == 0, err
     info = json.loads(out.splitlines()[2].removeprefix("Info: "))
     assert info["config"]["sink"]["schema_registry"] == "http://127.0.0.1:8081"
+
+
+def test_credentials_file_is_the_last_source(server, capsys, tmp_path, monkeypatch):
+    import base64
+    import io
+    import os
+    import stat
+
+    from sparkcdc.api import client as client_module
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("TICDC_USER", "TICDC_PASSWORD", "TICDC_CA_PATH", "TICDC_CERT_PATH", "TICDC_KEY_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO('carol\nfile "pw"\n\n\n\n'))
+    code, out, _ = run(capsys, "cli", "configure-credentials")
+    path = tmp_path / ".ticdc" / "credentials"
+    assert code == 0 and str(path) in out and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert 'file \\"pw\\"' in path.read_text()
+
+    seen = []
+    original = client_module.urllib.request.urlopen
+    monkeypatch.setattr(client_module.urllib.request, "urlopen",
+                        lambda request, **kw: seen.append(request.get_header("Authorization")) or original(request, **kw))
+
+    def basic(user, password):
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+    assert run(capsys, "cli", "tso", "query", "--server", server)[0] == 0
+    assert seen[-1] == basic("carol", 'file "pw"')
+    monkeypatch.setenv("TICDC_USER", "dave")
+    monkeypatch.setenv("TICDC_PASSWORD", "env-pw")
+    assert run(capsys, "cli", "tso", "query", "--server", server)[0] == 0
+    assert seen[-1] == basic("dave", "env-pw")
+    assert run(capsys, "cli", "tso", "query", "--server", server, "--user", "erin", "--password", "flag-pw")[0] == 0
+    assert seen[-1] == basic("erin", "flag-pw")
+
+    monkeypatch.delenv("TICDC_USER")
+    monkeypatch.delenv("TICDC_PASSWORD")
+    path.write_text('ticdc_password = "orphan"\n')
+    code, _, err = run(capsys, "cli", "tso", "query", "--server", server)
+    assert code == 1 and "password is given without a user" in err
+    path.write_text('ticdc_user = "x"\nport = 1\n')
+    code, _, err = run(capsys, "cli", "tso", "query", "--server", server)
+    assert code == 1 and "may only hold strings" in err and "port" in err

@@ -23,7 +23,7 @@ DEFAULT_SERVER = "http://127.0.0.1:8300"
 def register(subparsers: argparse._SubParsersAction) -> None:
     cli = subparsers.add_parser("cli", help="manage changefeeds on a running sparkcdc server (like `cdc cli`)")
     _add_connection_flags(cli, defaults=True)
-    groups = cli.add_subparsers(dest="group", metavar="{changefeed,capture,processor,tso,unsafe}")
+    groups = cli.add_subparsers(dest="group", metavar="{changefeed,capture,processor,tso,unsafe,configure-credentials}")
     groups.required = True
 
     # TiCDC's flags are persistent: --server, --ca, --user... work before or after the subcommand.
@@ -105,6 +105,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     unsafe_commands.add_parser("show-metadata", parents=[common], help="print every metadata key and value "
                                "(secrets masked)").set_defaults(func=_unsafe_show_metadata)
 
+    groups.add_parser("configure-credentials", parents=[common],
+                      help=f"store a user, password and TLS files in ~/{CREDENTIALS_FILE}").set_defaults(
+        func=_configure_credentials)
+
     tso_group = groups.add_parser("tso", help="timestamps")
     tso_commands = tso_group.add_subparsers(dest="action", metavar="ACTION")
     tso_commands.required = True
@@ -138,20 +142,82 @@ def _add_connection_flags(parser: argparse.ArgumentParser, defaults: bool) -> No
                         help="the CLI's own log level (default warn)")
 
 
+CREDENTIALS_FILE = os.path.join(".ticdc", "credentials")  # under the home directory, as TiCDC
+_CREDENTIAL_KEYS = ("ticdc_user", "ticdc_password", "ca_path", "cert_path", "key_path")
+
+
+def credentials_path() -> str:
+    return os.path.join(os.path.expanduser("~"), CREDENTIALS_FILE)
+
+
+def read_credentials() -> dict[str, str]:
+    """TiCDC's shared credential file (TOML: ticdc_user, ticdc_password, ca_path, cert_path, key_path)."""
+    import tomllib
+
+    path = credentials_path()
+    if not os.path.exists(path):
+        return {}
+    try:
+        with open(path, "rb") as f:
+            document = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise errors.ErrSecurityConfig(f"cannot read the credential file {path}: {exc}; fix it or run "
+                                       "`sparkcdc cli configure-credentials`") from None
+    unknown = sorted(set(document) - set(_CREDENTIAL_KEYS))
+    if unknown or not all(isinstance(value, str) for value in document.values()):
+        raise errors.ErrSecurityConfig(f"the credential file {path} may only hold strings under "
+                                       f"{', '.join(_CREDENTIAL_KEYS)}; found {', '.join(unknown) or 'a non-string'}")
+    return document
+
+
 def _client(args: argparse.Namespace) -> APIClient:
+    """Credentials in TiCDC's order: flags, then TICDC_* variables, then ~/.ticdc/credentials."""
     logging.basicConfig(level={"warn": "WARNING"}.get(args.log_level, args.log_level.upper()),
                         format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s")
-    ca = args.ca or os.environ.get("TICDC_CA_PATH", "")
-    cert = args.cert or os.environ.get("TICDC_CERT_PATH", "")
-    key = args.key or os.environ.get("TICDC_KEY_PATH", "")
-    user = args.user or os.environ.get("TICDC_USER", "")
-    password = args.password or os.environ.get("TICDC_PASSWORD", "")
+    ca, cert, key = args.ca, args.cert, args.key
+    if not (ca or cert or key):
+        ca, cert, key = (os.environ.get(name, "") for name in ("TICDC_CA_PATH", "TICDC_CERT_PATH", "TICDC_KEY_PATH"))
+    if not (ca or cert or key):
+        stored = read_credentials()
+        ca, cert, key = (stored.get(name, "") for name in ("ca_path", "cert_path", "key_path"))
+    user, password = args.user, args.password
     if user and not password and sys.stdin.isatty():
-        password = getpass.getpass(f"Password for {user}: ")
+        password = getpass.getpass("Enter password: ")
+    if not user:
+        user, password = os.environ.get("TICDC_USER", ""), os.environ.get("TICDC_PASSWORD", "")
+    if not user and not password:
+        stored = read_credentials()
+        user, password = stored.get("ticdc_user", ""), stored.get("ticdc_password", "")
+    if password and not user:
+        raise errors.ErrSecurityConfig("a password is given without a user: pass --user (or TICDC_USER)")
     server = args.server
     if (ca or cert) and server.startswith("http://"):
         raise errors.ErrSecurityConfig(f"--ca/--cert are for TLS but --server {server} is http://; use https://")
     return APIClient(server, ssl_context=client_ssl_context(ca, cert, key), user=user, password=password)
+
+
+def _configure_credentials(args) -> int:
+    """TiCDC's `cli configure-credentials`: ask for each value and store them (mode 0600)."""
+    current = read_credentials()
+    prompts = [("ticdc_user", "TiCDC user"), ("ticdc_password", "TiCDC password"),
+               ("ca_path", "CA certificate path"), ("cert_path", "Certificate path"), ("key_path", "Private key path")]
+    values = {}
+    for key, label in prompts:
+        shown = "xxxxx" if key == "ticdc_password" and current.get(key) else current.get(key, "")
+        sys.stdout.write(f"{label} [{shown}]: ")
+        sys.stdout.flush()
+        answer = (getpass.getpass("") if key == "ticdc_password" and sys.stdin.isatty()
+                  else sys.stdin.readline().rstrip("\n"))
+        values[key] = answer or current.get(key, "")
+    path = credentials_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        for key, value in values.items():
+            if value:
+                f.write(f"{key} = {json.dumps(value)}\n")  # a JSON string is a valid TOML basic string
+    print(f"Credentials saved to {path}")
+    return 0
 
 
 def _print_json(value) -> None:
