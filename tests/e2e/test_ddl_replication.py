@@ -4,8 +4,6 @@ crash right after a DDL replays it once."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
@@ -13,7 +11,7 @@ import pytest
 from sparkcdc.consumer.storage_reader import checkpoint_ts
 from sparkcdc.pipeline.batch_sink import TEST_ONLY_KILL_AFTER_DDL_ENV
 from sparkcdc.testing.compare import diff_tables, read_upstream_table, wait_for_row
-from sparkcdc.testing.server_process import ServerProcess
+from sparkcdc.testing.server_process import ServerProcess, run_sparkcdc
 from sparkcdc.testing.workload import Workload
 
 pytestmark = pytest.mark.e2e
@@ -97,10 +95,8 @@ def test_crash_right_after_a_ddl_replays_it_once_in_every_sink(mariadb, mariadb_
         deadline = time.monotonic() + 120
         while checkpoint_ts(files) < server.checkpoint("to-mysql") and time.monotonic() < deadline:
             time.sleep(1)
-        consumer = subprocess.run(
-            [sys.executable, "-m", "sparkcdc.cli.main", "consumer", "storage", "--upstream-uri", files,
-             "--downstream-uri", f"mysql://root@127.0.0.1:{rebuilt.port}/", "--once"],
-            capture_output=True, text=True, timeout=180)
+        consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
+                                "--downstream-uri", f"mysql://root@127.0.0.1:{rebuilt.port}/", "--once")
         assert consumer.returncode == 0, consumer.stderr[-3000:]
         replayed = rebuilt.connect()
         for conn, name in ((down, "mysql"), (replayed, "storage")):

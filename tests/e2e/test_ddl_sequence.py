@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from sparkcdc.consumer.storage_reader import checkpoint_ts
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
-from sparkcdc.testing.server_process import ServerProcess
+from sparkcdc.testing.server_process import ServerProcess, run_sparkcdc
 from sparkcdc.upstream.txn_index import TxnIndex
 
 pytestmark = pytest.mark.e2e
@@ -140,10 +138,8 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
         reached = index.resolved_ts()  # past finish mark 2, which the MySQL downstream already has
         wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass finish mark 2",
                    on_timeout=lambda: server.cli("changefeed", "query", "-c", "seqfiles").stdout)
-        consumer = subprocess.run(
-            [sys.executable, "-m", "sparkcdc.cli.main", "consumer", "storage", "--upstream-uri", files,
-             "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once"],
-            capture_output=True, text=True, timeout=180)
+        consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
+                                "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once")
         assert consumer.returncode == 0, consumer.stderr[-3000:]
         rebuilt = replayed.connect()
         try:

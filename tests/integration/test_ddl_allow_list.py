@@ -18,6 +18,7 @@ from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import RANGE_MARKER, replicated_tables
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.rules import DDLPolicy
+from sparkcdc.testing.recording_sink import RecordingSink
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
@@ -87,23 +88,6 @@ PLAIN = {WITH_P: "(id INT NOT NULL PRIMARY KEY, v INT, KEY i (v))", WITHOUT_P: "
 
 def slug(kind: str) -> str:
     return kind.lower().replace(" ", "_")
-
-
-class RecordingSink:
-    def __init__(self):
-        self.ddls, self.rows = [], []
-
-    def write_rows(self, table, rows):
-        self.rows.extend((table.table, r.after) for r in rows)
-
-    def write_ddl(self, ddl):
-        self.ddls.append(ddl)
-
-    def flush(self):
-        pass
-
-    def write_checkpoint(self, ts):
-        pass
 
 
 def marker_only(start: int, end: int) -> pa.Table:
@@ -235,7 +219,7 @@ def test_keyless_tables_rows_reach_the_sink_only_with_force_replicate(mariadb, f
         sink = RecordingSink()
         write_batch(batch, index, sink, table_filter.match_event, lambda ts: None,
                     ddl_policy=DDLPolicy(force_replicate=force))
-        assert sorted(t for t, _ in sink.rows) == expected
+        assert sorted(t.table for t, _ in sink.rows) == expected
 
 
 def test_table_map_that_disagrees_with_the_schema_version_is_an_error(mariadb, fresh_db, tmp_path):

@@ -27,6 +27,7 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import RANGE_MARKER, replicated_tables
+from sparkcdc.testing.recording_sink import RecordingSink
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
@@ -48,23 +49,6 @@ ROWS = [
     ("RENAME TABLE {db}.t1 TO {db}.t2", [CREATE.replace("{t}", "t1")], "t2", False, True),
     ("RENAME TABLE {db}.t1 TO {db}.ignore", [CREATE.replace("{t}", "t1")], "ignore", False, False),
 ]
-
-
-class RecordingSink:
-    def __init__(self):
-        self.ddls, self.rows = [], []
-
-    def write_rows(self, table, rows):
-        self.rows.extend((table.schema, table.table) for _ in rows)
-
-    def write_ddl(self, ddl):
-        self.ddls.append(ddl)
-
-    def flush(self):
-        pass
-
-    def write_checkpoint(self, ts):
-        pass
 
 
 def batch_of(rows, start: int, end: int) -> pa.Table:
@@ -146,6 +130,6 @@ def test_event_filter_table_row(recorded, number):
     assert any(ddl.format(db=db).split()[0] in q.upper() and db in q for q in queries) == ddl_expected, \
         f"DDL: sink got {queries}"
     if dml_expected is not None:
-        assert ((db, target) in sink.rows) == dml_expected, f"DML: sink got rows of {sorted(set(sink.rows))}"
+        assert ((db, target) in sink.tables_written()) == dml_expected, f"DML: sink got rows of {sink.tables_written()}"
     else:
         assert sink.rows == []

@@ -16,6 +16,12 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 
+def run_sparkcdc(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess:
+    """One `sparkcdc ...` command (a consumer run `--once`, a diff) in a child process."""
+    return subprocess.run([sys.executable, "-m", "sparkcdc.cli.main", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
