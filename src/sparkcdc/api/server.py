@@ -350,10 +350,15 @@ class OpenAPI:
         info = self.store.get_changefeed(request.namespace, changefeed_id)
         document = self._info_json(info)
         # TiCDC's CaptureTaskStatus: which capture runs the changefeed, with its tables.
-        document["task_status"] = [
-            {"capture_id": capture_id, "table_ids": self.controller.processor_table_ids(info)}
-            for namespace, processor_changefeed, capture_id in self.controller.processors()
-            if (namespace, processor_changefeed) == (info.namespace, info.id)]
+        captures = [capture_id for namespace, processor_changefeed, capture_id in self.controller.processors()
+                    if (namespace, processor_changefeed) == (info.namespace, info.id)]
+        table_ids: list[int] = []
+        if captures:
+            try:
+                table_ids = self.controller.processor_table_ids(info)
+            except errors.SparkCDCError as exc:  # a display field must not make the changefeed unreadable
+                log.warning("table ids of changefeed %s/%s: %s", info.namespace, info.id, exc)
+        document["task_status"] = [{"capture_id": capture_id, "table_ids": table_ids} for capture_id in captures]
         return _ok(document)
 
     def get_changefeed_meta_info(self, request: _Request, changefeed_id: str) -> _Response:
