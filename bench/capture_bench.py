@@ -1,21 +1,27 @@
 """Capture benchmark: rows/s from a prepared binlog to the file storage sink (catch-up mode).
 
     .venv/bin/python bench/capture_bench.py [--changes 100000] [--protocol canal-json]
+                                            [--rounds 1] [--decoders native,pure]
 
 A private MariaDB gets a sysbench-shaped workload (`id, k, c CHAR(120), pad CHAR(60)`; 60%
-inserts in 100-row transactions, 30% updates, 10% deletes). Then
+inserts in 100-row transactions, 30% updates, 10% deletes), indexed by a sparkcdc server. Then,
+per round (the server restarts on the same data directory for each row decoder: native, and pure
+Python via SPARKCDC_PURE_PYTHON_DECODER=1; two servers at once would share a replication id):
   1. plain `mysql-replication` decodes the same binlog range in one process, rows to JSON;
-  2. a sparkcdc changefeed replicates it from before the workload to a file sink, timed from
-     `changefeed create` until its checkpoint passes the last transaction.
-Prints rows/s, CPU seconds and peak RSS for each, and the ratio. Not a test: figures go in
-notes and docs/benchmarks.md.
+  2. for each decoder, a sparkcdc changefeed replicates it from before the workload to a file
+     sink, timed from `changefeed create` until its checkpoint passes the last transaction, and
+     the output is checked to hold every row change.
+Prints rows/s, CPU seconds and peak RSS for each, and the ratios. Not a test: figures go in
+bench/README.md and docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import statistics
 import random
 import sys
 import tempfile
@@ -125,17 +131,76 @@ def plain_mysql_replication(mariadb: MariaDBServer, start, end) -> tuple[int, fl
     return rows, time.monotonic() - began, time.process_time() - cpu0
 
 
+def output_rows(directory: str, protocol: str) -> int:
+    """Row changes in a file sink's data files (canal-json: `data` rows per message; csv: lines)."""
+    rows = 0
+    extension = "csv" if protocol == "csv" else "json"
+    for path in glob.glob(os.path.join(directory, "**", f"CDC*.{extension}"), recursive=True):
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                if protocol == "csv":
+                    rows += 1
+                else:
+                    message = json.loads(line)
+                    if not message.get("isDdl"):
+                        rows += len(message.get("data") or [])
+    return rows
+
+
+def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int, sink_dir: str,
+                   protocol: str) -> tuple[float, float, int]:
+    """Seconds, CPU seconds and peak RSS of `server`'s process tree for one catch-up changefeed."""
+    sampler = PeakSampler(server.process.pid)
+    cpu_before = tree_usage(server.process.pid)[0]
+    sampler.start()
+    began = time.monotonic()
+    uri = (f"file://{sink_dir}?protocol={protocol}&enable-tidb-extension=true" if protocol == "canal-json"
+           else f"file://{sink_dir}?protocol=csv")
+    server.cli("changefeed", "create", "-c", name, "--start-ts", str(start_ts), "--sink-uri", uri)
+    while server.checkpoint(name) < end_ts:
+        time.sleep(0.2)
+    elapsed = time.monotonic() - began
+    sampler.done.set()
+    cpu_used = tree_usage(server.process.pid)[0] - cpu_before
+    server.cli("changefeed", "remove", "-c", name)
+    return elapsed, cpu_used, sampler.peak
+
+
+def start_server(directory: str, upstream_uri: str, decoder: str) -> ServerProcess:
+    saved = os.environ.get("SPARKCDC_PURE_PYTHON_DECODER")
+    if decoder == "pure":
+        os.environ["SPARKCDC_PURE_PYTHON_DECODER"] = "1"
+    else:
+        os.environ.pop("SPARKCDC_PURE_PYTHON_DECODER", None)
+    try:
+        return ServerProcess(directory, upstream_uri).start()
+    finally:
+        if saved is None:
+            os.environ.pop("SPARKCDC_PURE_PYTHON_DECODER", None)
+        else:
+            os.environ["SPARKCDC_PURE_PYTHON_DECODER"] = saved
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--protocol", default="canal-json", choices=["canal-json", "csv"])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--decoders", default="native,pure",
+                        help="comma-separated row decoders to run sparkcdc with: native, pure")
     args = parser.parse_args()
+    decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]
+    if not decoders or set(decoders) - {"native", "pure"}:
+        parser.error("--decoders takes native and/or pure, e.g. --decoders native,pure")
     base = tempfile.mkdtemp(prefix="sparkcdc-bench-")
+    data_dir = os.path.join(base, "cdc")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
-    server = ServerProcess(os.path.join(base, "cdc"), mariadb.uri).start()
+    server = start_server(data_dir, mariadb.uri, decoders[0])
     try:
         print(f"load average before: {os.getloadavg()}")
-        index = TxnIndex(os.path.join(base, "cdc", "txn-index.sqlite"))
+        index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
         start_ts = index.resolved_ts()
         start_pos = index.position_at(start_ts)
         conn = mariadb.connect()
@@ -152,29 +217,48 @@ def main() -> int:
             time.sleep(0.2)
         end_ts = last.commit_ts
 
-        decoded, seconds, cpu = plain_mysql_replication(mariadb, start_pos, last.end)
-        print(f"plain mysql-replication: {decoded} rows in {seconds:.1f}s = {decoded / seconds:,.0f} rows/s, "
-              f"CPU {cpu:.1f}s, one process")
-
-        sampler = PeakSampler(server.process.pid)
-        cpu_before = tree_usage(server.process.pid)[0]
-        sampler.start()
-        began = time.monotonic()
-        server.cli("changefeed", "create", "-c", "bench", "--start-ts", str(start_ts), "--sink-uri",
-                   f"file://{base}/out?protocol={args.protocol}&enable-tidb-extension=true"
-                   if args.protocol == "canal-json" else f"file://{base}/out?protocol=csv")
-        while server.checkpoint("bench") < end_ts:
-            time.sleep(0.2)
-        elapsed = time.monotonic() - began
-        sampler.done.set()
-        cpu_used = tree_usage(server.process.pid)[0] - cpu_before
-        print(f"sparkcdc ({args.protocol} to file): {rows} rows in {elapsed:.1f}s = {rows / elapsed:,.0f} rows/s, "
-              f"CPU {cpu_used:.1f}s, peak RSS {sampler.peak / 2**20:,.0f} MiB (server + Spark JVM + workers); "
-              f"includes Spark query start-up")
-        print(f"ratio sparkcdc / plain mysql-replication: {(rows / elapsed) / (decoded / seconds):.2f}")
+        results: dict[str, list[tuple[float, float, int]]] = {d: [] for d in decoders}
+        plain: list[tuple[int, float, float]] = []
+        for round_number in range(1, args.rounds + 1):
+            decoded, seconds, cpu = plain_mysql_replication(mariadb, start_pos, last.end)
+            plain.append((decoded, seconds, cpu))
+            print(f"round {round_number} plain mysql-replication: {decoded} rows in {seconds:.1f}s = "
+                  f"{decoded / seconds:,.0f} rows/s, CPU {cpu:.1f}s, one process", flush=True)
+            for decoder in decoders:
+                if server is None:
+                    server = start_server(data_dir, mariadb.uri, decoder)
+                sink_dir = os.path.join(base, f"out-{decoder}-{round_number}")
+                elapsed, cpu_used, peak = run_changefeed(server, f"bench-{decoder}-{round_number}", start_ts, end_ts,
+                                                         sink_dir, args.protocol)
+                server.stop()
+                server = None
+                written = output_rows(sink_dir, args.protocol)
+                if written != rows:
+                    raise SystemExit(f"sparkcdc ({decoder}) wrote {written} row changes, expected {rows}")
+                results[decoder].append((elapsed, cpu_used, peak))
+                print(f"round {round_number} sparkcdc {decoder} ({args.protocol} to file): {rows} rows in "
+                      f"{elapsed:.1f}s = {rows / elapsed:,.0f} rows/s, CPU {cpu_used:.1f}s, peak RSS "
+                      f"{peak / 2**20:,.0f} MiB (server + Spark JVM + workers); includes Spark query start-up",
+                      flush=True)
         print(f"load average after: {os.getloadavg()}")
+
+        plain_rate = statistics.median(d / s for d, s, _ in plain)
+        print(f"\nmedian of {args.rounds} round(s), {rows} row changes, {args.protocol}:")
+        print(f"{'tool':<28}{'rows/s':>10}{'CPU s':>8}{'peak RSS MiB':>14}{'vs mysql-replication':>22}")
+        print(f"{'plain mysql-replication':<28}{plain_rate:>10,.0f}{statistics.median(c for _, _, c in plain):>8.1f}"
+              f"{'':>14}{1.0:>22.2f}")
+        rates = {}
+        for decoder in decoders:
+            rates[decoder] = statistics.median(rows / e for e, _, _ in results[decoder])
+            cpu = statistics.median(c for _, c, _ in results[decoder])
+            peak = max(p for _, _, p in results[decoder])
+            print(f"{'sparkcdc ' + decoder:<28}{rates[decoder]:>10,.0f}{cpu:>8.1f}{peak / 2**20:>14,.0f}"
+                  f"{rates[decoder] / plain_rate:>22.2f}")
+        if len(decoders) == 2:
+            print(f"sparkcdc native / pure: {rates['native'] / rates['pure']:.2f}")
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
         mariadb.stop()
     return 0
 

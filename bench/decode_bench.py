@@ -1,0 +1,178 @@
+"""Decode benchmark: rows/s per CPU core for decoding binlog row images, one process.
+
+    .venv/bin/python bench/decode_bench.py [--changes 200000] [--rounds 3] [--table sysbench|wide]
+
+A private MariaDB gets a workload (sysbench rows `id, k, c CHAR(120), pad CHAR(60)`: 60% inserts
+in 100-row transactions, 30% updates, 10% deletes; or `wide`: the 36 mixed-type columns of
+sparkcdc.testing.alltypes). Then, interleaved for --rounds rounds, each over the same binlog:
+  framing            mysql-replication reads the events, rows not decoded (the shared floor)
+  mysql-replication  the same plus `event.rows` (its own decoding, Python objects per value)
+  sparkcdc pure      the same plus sparkcdc's canonical values (the reference path)
+  sparkcdc native    framing plus the native decoder (sparkcdc_native) to RowChange
+  native in memory   the native decoder alone over the captured event bodies, no connection
+Rows/s are per CPU second of this process (the server's CPU is not counted). "decode only"
+subtracts the framing CPU, so the ratio compares the decoders and not the shared event reader.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.dirname(__file__))
+
+from pymysqlreplication import BinLogStreamReader  # noqa: E402
+from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: E402
+
+from capture_bench import run_workload  # noqa: E402
+from sparkcdc.testing.alltypes import COLUMN_NAMES, ROWS, create_alltypes  # noqa: E402
+from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.upstream import decoder_fixes  # noqa: E402,F401
+from sparkcdc.upstream.native_decode import native_module  # noqa: E402
+from sparkcdc.upstream.range_reader import TableLayout, native_row_changes, pure_row_changes  # noqa: E402
+from sparkcdc.upstream.schema_reader import read_table_info  # noqa: E402
+
+ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
+
+
+def wide_workload(conn, changes: int) -> int:
+    """Inserts of the alltypes rows (minus the all-NULL one) in 100-row transactions."""
+    create_alltypes(conn, "sbtest", "wide")
+    placeholders = ", ".join(["%s"] * len(COLUMN_NAMES))
+    rows, next_id = 0, 1_000_000
+    with conn.cursor() as cur:
+        cur.execute("DELETE FROM sbtest.wide")
+        while rows < changes:
+            batch = []
+            for _ in range(100):
+                row = dict(ROWS[rows % 2])
+                row["i"] = next_id
+                next_id += 1
+                batch.append([row[n] for n in COLUMN_NAMES])
+            cur.execute("BEGIN")
+            cur.executemany(f"INSERT INTO sbtest.wide VALUES ({placeholders})", batch)
+            cur.execute("COMMIT")
+            rows += 100
+    return rows
+
+
+def stream(mariadb: MariaDBServer, start, server_id: int) -> BinLogStreamReader:
+    return BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": "root", "passwd": ""},
+        server_id=server_id, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
+        only_events=ROW_EVENTS, enable_logging=False,
+    )
+
+
+def one_pass(mariadb, start, end, table: str, info, mode: str, captured: list | None = None) -> tuple[int, float]:
+    """(rows, CPU seconds) for one pass over [start, end) in `mode`."""
+    native = native_module()
+    layouts: dict = {}
+    rows = 0
+    cpu0 = time.process_time()
+    reader = stream(mariadb, start, 990100 + hash(mode) % 1000)
+    for event in reader:
+        if event.table == table:
+            if mode == "framing":
+                rows += 1  # events, not rows; rows are counted by the other modes
+            elif mode == "mysql-replication":
+                rows += len(event.rows)
+            else:
+                layout = layouts.get(event.table_id)
+                if layout is None:
+                    layout = layouts[event.table_id] = TableLayout(info, event.columns, native if mode == "native" else None)
+                if mode == "native":
+                    if captured is not None:
+                        known = 8 if event.event_type in (23, 24, 25) else 10
+                        captured.append((layout.native, event.event_type, bytes(event.packet.packet._data[20:20 + event.event_size]),
+                                         event._declared_post_header_len(known) - known))
+                    for _ in native_row_changes(event, layout, 1, 0):
+                        rows += 1
+                else:
+                    for _ in pure_row_changes(event, layout, 1, 0):
+                        rows += 1
+        if (reader.log_file, reader.log_pos) >= end:
+            break
+    reader.close()
+    return rows, time.process_time() - cpu0
+
+
+def in_memory(captured: list) -> tuple[int, float]:
+    cpu0 = time.process_time()
+    rows = 0
+    for layout, event_type, body, extra in captured:
+        images = layout.decode(event_type, body, 0, len(body), extra)
+        rows += len(images) // 2 if event_type in (24, 31) else len(images)
+    return rows, time.process_time() - cpu0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--table", choices=["sysbench", "wide"], default="sysbench")
+    args = parser.parse_args()
+    if native_module() is None:
+        print("sparkcdc_native is not built (run scripts/setup.sh with cargo installed)", file=sys.stderr)
+        return 2
+    base = tempfile.mkdtemp(prefix="sparkcdc-decode-bench-")
+    mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
+    try:
+        conn = mariadb.connect()
+        conn.autocommit(True)
+        with conn.cursor() as cur:
+            cur.execute("CREATE DATABASE IF NOT EXISTS sbtest")
+            cur.execute("SHOW MASTER STATUS")
+            start = tuple(cur.fetchone()[:2])
+        t0 = time.monotonic()
+        table = "sbtest1" if args.table == "sysbench" else "wide"
+        changes = run_workload(conn, args.changes) if args.table == "sysbench" else wide_workload(conn, args.changes)
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            end = tuple(cur.fetchone()[:2])
+        print(f"workload: {changes} row changes ({args.table}) in {time.monotonic() - t0:.1f}s")
+        info = read_table_info(conn, "sbtest", table, 1, 0)
+        print(f"load average before: {os.getloadavg()}")
+        modes = ["framing", "mysql-replication", "pure", "native"]
+        cpu: dict[str, list[float]] = {m: [] for m in modes + ["in-memory"]}
+        counted: dict[str, int] = {}
+        for round_number in range(args.rounds):
+            captured: list = []
+            for mode in modes:
+                rows, seconds = one_pass(mariadb, start, end, table, info, mode, captured if mode == "native" else None)
+                counted[mode] = rows
+                cpu[mode].append(seconds)
+            rows, seconds = in_memory(captured)
+            counted["in-memory"] = rows
+            cpu["in-memory"].append(seconds)
+            print(f"round {round_number + 1}: " + ", ".join(f"{m} {cpu[m][-1]:.2f}s" for m in cpu))
+        print(f"load average after: {os.getloadavg()}")
+        rows = counted["mysql-replication"]
+        assert counted["pure"] == counted["native"] == counted["in-memory"] == rows, counted
+        framing = statistics.median(cpu["framing"])
+        print(f"\n{rows} rows, {counted['framing']} ROWS events; median CPU seconds of {args.rounds} rounds")
+        print(f"{'path':<22}{'CPU s':>8}{'rows/s/core':>14}{'decode only':>14}")
+        rates = {}
+        for mode in modes[1:] + ["in-memory"]:
+            seconds = statistics.median(cpu[mode])
+            decode_only = seconds if mode == "in-memory" else max(seconds - framing, 1e-9)
+            rates[mode] = (rows / seconds, rows / decode_only)
+            print(f"{mode:<22}{seconds:>8.2f}{rows / seconds:>14,.0f}{rows / decode_only:>14,.0f}")
+        print(f"{'framing (floor)':<22}{framing:>8.2f}{rows / framing:>14,.0f}")
+        base_rate = rates["mysql-replication"]
+        print(f"\nnative / mysql-replication: {rates['native'][0] / base_rate[0]:.1f}x with framing, "
+              f"{rates['native'][1] / base_rate[1]:.1f}x decode only, "
+              f"{rates['in-memory'][1] / base_rate[1]:.1f}x native in memory vs mysql-replication decode only")
+        print(f"native / sparkcdc pure: {rates['native'][0] / rates['pure'][0]:.1f}x with framing")
+    finally:
+        mariadb.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
