@@ -9,13 +9,10 @@ import json
 import pytest
 
 from sparkcdc.config.replica import parse_replica_config
-from sparkcdc.consumer.kafka_consumer import KafkaConsumer
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.sink.codec.debezium import decode_value
-from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 from sparkcdc.sink.kafka.sink import KafkaSink
-from sparkcdc.testing.kafka import KafkaBroker
-from sparkcdc.testing.schema_registry import SchemaRegistry
+from sparkcdc.testing.kafka import RecordingDownstream, consume_until, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -29,48 +26,9 @@ TABLE = TableInfo("db", "t", 1, (
 DISPATCH = "[sink]\ndispatchers = [{matcher = ['db.*'], partition = 'index-value'}]\n"
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory):
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
-    yield broker
-    broker.stop()
 
 
-@pytest.fixture(scope="module")
-def registry(tmp_path_factory):
-    server = SchemaRegistry(tmp_path_factory.mktemp("registry")).start()
-    yield server
-    server.stop()
 
-
-class Recorder:
-    def __init__(self):
-        self.rows, self.ddls = [], []
-
-    def write_rows(self, table, rows):
-        self.rows.extend(rows)
-
-    def write_ddl(self, ddl):
-        self.ddls.append((ddl.commit_ts, ddl.query, len(self.rows)))
-
-    def flush(self):
-        pass
-
-
-def read_all(bootstrap, topic):
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    out = {p: [] for p in partitions}
-    idle = 0
-    while idle < 3:
-        batch = consumer.consume(1000, 1.0)
-        idle = idle + 1 if not batch else 0
-        for m in batch:
-            out[m.partition()].append(m)
-    consumer.close()
-    return out
 
 
 def row(ts, i, op="insert", value=None):
@@ -96,14 +54,6 @@ def workload(sink):
     sink.close()
 
 
-def consume(uri, until):
-    recorder = Recorder()
-    consumer = KafkaConsumer(parse_kafka_sink_uri(uri), recorder, lambda s, t: TABLE, group_id="c")
-    for _ in range(60):
-        if consumer.poll_once(timeout=0.5) >= until:
-            break
-    consumer.close()
-    return consumer, recorder
 
 
 def test_avro_with_a_real_registry_round_trips(kafka, registry):
@@ -115,14 +65,15 @@ def test_avro_with_a_real_registry_round_trips(kafka, registry):
     import urllib.request
     with urllib.request.urlopen(f"{registry.url}/subjects") as response:
         assert set(json.loads(response.read())) == {"avro-rt-key", "avro-rt-value"}
-    messages = read_all(kafka.bootstrap, topic)
+    messages = read_topic(kafka.bootstrap, topic)
     tombstones = [m for items in messages.values() for m in items if m.value() is None]
     assert len(tombstones) == 1  # the delete: key only, value null
     assert all(m.key()[0] == 0 for m in tombstones)
     for items in messages.values():
         assert sum(1 for m in items if m.value() and m.value()[0] == 2) == 3  # watermarks everywhere
 
-    consumer, recorder = consume(uri, 300)
+    recorder = RecordingDownstream()
+    consumer = consume_until(uri, recorder, TABLE, 300)
     assert consumer.checkpoint_ts == 300
     ops = [r.op for r in recorder.rows]
     assert ops.count("insert") == 15 and ops.count("delete") == 1 and ops.count("update") == 1
@@ -146,7 +97,7 @@ def test_avro_confluent_deserializer_reads_our_messages(kafka, registry):
     sink = KafkaSink(uri, parse_replica_config(""))
     sink.write_rows(TABLE, [row(100, 1)])
     sink.close()
-    (message,) = [m for items in read_all(kafka.bootstrap, topic).values() for m in items]
+    (message,) = [m for items in read_topic(kafka.bootstrap, topic).values() for m in items]
     deserializer = AvroDeserializer(SchemaRegistryClient({"url": registry.url}))
     value = deserializer(message.value(), SerializationContext(topic, MessageField.VALUE))
     assert value["id"] == 1 and value["v"] == "v1" and str(value["d"]) == "1.50"
@@ -158,7 +109,7 @@ def test_debezium_on_a_real_broker(kafka):
     topic = "dbz-rt"
     uri = f"kafka://{kafka.bootstrap}/{topic}?protocol=debezium&partition-num=3"
     workload(KafkaSink(uri, parse_replica_config(DISPATCH)))
-    messages = read_all(kafka.bootstrap, topic)
+    messages = read_topic(kafka.bootstrap, topic)
     values = [m for items in messages.values() for m in items]
     assert len(values) == 10 + 5 + 2 + 5  # no DDL, no watermark
     decoded = [decode_value(TABLE, m.value()) for m in values]
@@ -172,12 +123,13 @@ def test_simple_on_a_real_broker_round_trips(kafka):
     topic = "simple-rt"
     uri = f"kafka://{kafka.bootstrap}/{topic}?protocol=simple&partition-num=3"
     workload(KafkaSink(uri, parse_replica_config(DISPATCH)))
-    messages = read_all(kafka.bootstrap, topic)
+    messages = read_topic(kafka.bootstrap, topic)
     for items in messages.values():
         kinds = [json.loads(m.value())["type"] for m in items]
         assert kinds[0] == "BOOTSTRAP"  # the schema precedes the rows on every partition
         assert kinds.count("WATERMARK") == 3 and kinds.count("ALTER") == 1
-    consumer, recorder = consume(uri, 300)
+    recorder = RecordingDownstream()
+    consumer = consume_until(uri, recorder, TABLE, 300)
     assert consumer.checkpoint_ts == 300
     ops = [r.op for r in recorder.rows]
     assert ops.count("insert") == 15 and ops.count("delete") == 1 and ops.count("update") == 1

@@ -8,11 +8,9 @@ import json
 import pytest
 
 from sparkcdc.config.replica import ReplicaConfig, parse_replica_config
-from sparkcdc.consumer.kafka_consumer import KafkaConsumer
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
-from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 from sparkcdc.sink.kafka.sink import KafkaSink
-from sparkcdc.testing.kafka import KafkaBroker
+from sparkcdc.testing.kafka import RecordingDownstream, consume_until, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -23,54 +21,14 @@ TABLE = TableInfo("db", "t", 1, (
 ), 1, ("id",))
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory):
-    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
-    yield broker
-    broker.stop()
 
 
-class Recorder:
-    def __init__(self):
-        self.rows, self.ddls, self.flushes = [], [], 0
-
-    def write_rows(self, table, rows):
-        self.rows.extend(rows)
-
-    def write_ddl(self, ddl):
-        self.ddls.append((ddl.commit_ts, ddl.query, len(self.rows)))
-
-    def flush(self):
-        self.flushes += 1
-
-
-def read_all(bootstrap, topic):
-    from confluent_kafka import Consumer, TopicPartition
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
-    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
-    out = {p: [] for p in partitions}
-    idle = 0
-    while idle < 3:
-        batch = consumer.consume(1000, 1.0)
-        idle = idle + 1 if not batch else 0
-        for m in batch:
-            out[m.partition()].append(m)
-    consumer.close()
-    return out
 
 
 def rows(ts, ids, op="insert"):
     return [RowChange(ts, "db", "t", op, after=(str(i), f"v{i}", "y")) for i in ids]
 
 
-def run_consumer(uri, recorder, until):
-    consumer = KafkaConsumer(parse_kafka_sink_uri(uri), recorder, lambda s, t: TABLE, group_id="c")
-    for _ in range(60):
-        if consumer.poll_once(timeout=0.5) >= until:
-            break
-    consumer.close()
-    return consumer
 
 
 @pytest.mark.parametrize("protocol", ["canal-json", "open-protocol"])
@@ -92,7 +50,7 @@ def test_rows_ddl_and_watermarks_round_trip(kafka, protocol):
     sink.write_checkpoint(300)
     sink.close()
 
-    messages = read_all(kafka.bootstrap, topic)
+    messages = read_topic(kafka.bootstrap, topic)
     assert sorted(messages) == [0, 1, 2]
     for partition, items in messages.items():
         assert items, f"partition {partition} got nothing"
@@ -102,8 +60,8 @@ def test_rows_ddl_and_watermarks_round_trip(kafka, protocol):
         for partition, items in messages.items():
             kinds = [json.loads(m.value())["type"] for m in items]
             assert kinds.count("TIDB_WATERMARK") == 3
-    recorder = Recorder()
-    consumer = run_consumer(uri, recorder, 300)
+    recorder = RecordingDownstream()
+    consumer = consume_until(uri, recorder, TABLE, 300)
     assert consumer.checkpoint_ts == 300
     assert [r.op for r in recorder.rows].count("insert") == 15
     assert [r.op for r in recorder.rows].count("delete") == 1
@@ -123,6 +81,6 @@ def test_flush_waits_through_a_broker_restart(kafka):
     sink.flush()
     sink.write_checkpoint(200)
     sink.close()
-    recorder = Recorder()
-    run_consumer(uri, recorder, 200)
+    recorder = RecordingDownstream()
+    consume_until(uri, recorder, TABLE, 200)
     assert len({r.after[0] for r in recorder.rows}) == 200

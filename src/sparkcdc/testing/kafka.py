@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -27,10 +26,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from sparkcdc.testing.emulators import free_port, tools_dir
-
-JVM_OPTIONS = ("-Xms256m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-               "-Djava.awt.headless=true")
-
+from sparkcdc.testing.jvm_service import java_command, serve_until_interrupted, spawn, terminate
 
 class KafkaNotInstalled(RuntimeError):
     """The broker jars are missing: run scripts/setup-kafka.sh."""
@@ -97,7 +93,7 @@ class KafkaBroker:
     def _java(self, main: str, *args: str) -> list[str]:
         classpath = str(kafka_lib_dir()) + "/*"
         log4j = self.data_dir / "log4j2.properties"
-        return ["java", *JVM_OPTIONS, f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, main, *args]
+        return java_command("256m", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath, main, *args)
 
     def format(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -127,10 +123,7 @@ class KafkaBroker:
     def start(self, timeout: float = 120.0) -> "KafkaBroker":
         if not self._config.exists():
             self.format()
-        out = open(self.data_dir / "stdout.log", "ab")
-        self.process = subprocess.Popen(self._java("kafka.Kafka", str(self._config)),
-                                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        out.close()
+        self.process = spawn(self._java("kafka.Kafka", str(self._config)), self.data_dir / "stdout.log")
         self._wait_ready(timeout)
         return self
 
@@ -158,18 +151,61 @@ class KafkaBroker:
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM (a clean shutdown, ~2-3 s), SIGKILL if it does not exit in `timeout`."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        terminate(process, timeout)
 
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+class RecordingDownstream:
+    """A downstream that records what a Kafka consumer applies: rows, (commit-ts, DDL, rows before it), flushes."""
+
+    def __init__(self) -> None:
+        self.rows: list = []
+        self.ddls: list[tuple[int, str, int]] = []
+        self.flushes = 0
+
+    def write_rows(self, table, rows) -> None:
+        self.rows.extend(rows)
+
+    def write_ddl(self, ddl) -> None:
+        self.ddls.append((ddl.commit_ts, ddl.query, len(self.rows)))
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def read_topic(bootstrap: str, topic: str) -> dict[int, list]:
+    """Every message of `topic` by partition, read from the beginning until 3 idle seconds."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
+    out: dict[int, list] = {p: [] for p in partitions}
+    idle = 0
+    while idle < 3:
+        batch = consumer.consume(1000, 1.0)
+        idle = idle + 1 if not batch else 0
+        for message in batch:
+            out[message.partition()].append(message)
+    consumer.close()
+    return out
+
+
+def consume_until(uri: str, downstream, table, until: int, config=None):
+    """A KafkaConsumer of `uri` applying to `downstream` (every table is `table`) until its
+    checkpoint reaches `until` or 60 polls pass; returns the closed consumer."""
+    from sparkcdc.consumer.kafka_consumer import KafkaConsumer
+    from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
+
+    consumer = KafkaConsumer(parse_kafka_sink_uri(uri, config), downstream, lambda schema, name: table, group_id="c")
+    for _ in range(60):
+        if consumer.poll_once(timeout=0.5) >= until:
+            break
+    consumer.close()
+    return consumer
 
 
 class ConsumerThread:
@@ -229,11 +265,8 @@ def start_kafka(data_dir: os.PathLike | str) -> Iterator[KafkaBroker]:
 
 def main(argv: list[str]) -> int:
     data_dir = Path(argv[1] if len(argv) > 1 else ".work/kafka")
-    with start_kafka(data_dir) as broker:
-        print(f"Kafka ready on {broker.bootstrap} (data in {data_dir}); Ctrl-C stops it", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
-    return 0
+    return serve_until_interrupted(
+        start_kafka(data_dir), lambda broker: f"Kafka ready on {broker.bootstrap} (data in {data_dir}); Ctrl-C stops it")
 
 
 if __name__ == "__main__":

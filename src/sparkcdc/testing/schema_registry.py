@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,10 +22,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from sparkcdc.testing.emulators import free_port, tools_dir
-
-JVM_OPTIONS = ("-Xms128m", "-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
-               "-Djava.awt.headless=true")
-
+from sparkcdc.testing.jvm_service import java_command, serve_until_interrupted, spawn, terminate
 
 class SchemaRegistryNotInstalled(RuntimeError):
     """The registry is missing: run scripts/setup-registry.sh."""
@@ -53,12 +49,9 @@ class SchemaRegistry:
 
     def start(self, timeout: float = 180.0) -> "SchemaRegistry":
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        out = open(self.data_dir / "registry.log", "ab")
-        command = ["java", *JVM_OPTIONS, "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
-                   "-Dquarkus.log.level=WARN", "-jar", str(registry_jar())]
-        self.process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                        cwd=self.data_dir)
-        out.close()
+        command = java_command("128m", "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
+                               "-Dquarkus.log.level=WARN", "-jar", str(registry_jar()))
+        self.process = spawn(command, self.data_dir / "registry.log", cwd=self.data_dir)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -76,14 +69,7 @@ class SchemaRegistry:
 
     def stop(self, timeout: float = 20.0) -> None:
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(10)
+        terminate(process, timeout)
 
 
 @contextlib.contextmanager
@@ -97,11 +83,8 @@ def start_schema_registry(data_dir: os.PathLike | str) -> Iterator[SchemaRegistr
 
 def main(argv: list[str]) -> int:
     data_dir = Path(argv[1] if len(argv) > 1 else ".work/registry")
-    with start_schema_registry(data_dir) as registry:
-        print(f"schema registry ready at {registry.url}; Ctrl-C stops it", flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.pause()
-    return 0
+    return serve_until_interrupted(start_schema_registry(data_dir),
+                                   lambda registry: f"schema registry ready at {registry.url}; Ctrl-C stops it")
 
 
 if __name__ == "__main__":
