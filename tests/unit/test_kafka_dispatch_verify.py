@@ -83,3 +83,23 @@ def test_changefeed_create_fails_with_the_error(tmp_path, capsys):
         assert "Create changefeed successfully" not in text
     finally:
         api.shutdown()
+
+
+def test_changefeed_update_fails_with_the_error(tmp_path, capsys):
+    api = serve("127.0.0.1:0", MetaStore(str(tmp_path / "meta.sqlite")), VerifyingController())
+    api.start()
+    try:
+        server = f"http://127.0.0.1:{api.port}"
+        good = tmp_path / "good.toml"
+        good.write_text(DISPATCH_BY_CUSTOMER)
+        assert main(["cli", "changefeed", "create", "--server", server, "-c", "cf", "--config", str(good),
+                     "--sink-uri", "kafka://127.0.0.1:9092/t?protocol=canal-json"]) == 0
+        bad = tmp_path / "bad.toml"
+        bad.write_text(DISPATCH_BY_CUSTOMER + '[[sink.column-selectors]]\nmatcher = ["shop.*"]\ncolumns = ["id"]\n')
+        capsys.readouterr()
+        code = main(["cli", "changefeed", "update", "--server", server, "-c", "cf", "--config", str(bad), "--no-confirm"])
+        output = capsys.readouterr()
+        assert code != 0
+        assert "'customer'" in output.out + output.err and "sink.dispatchers[1]" in output.out + output.err
+    finally:
+        api.shutdown()

@@ -362,6 +362,8 @@ def _update(args) -> int:
     if args.target_ts is not None:
         body["target_ts"] = args.target_ts
     client = _client(args)
+    if "replica_config" in body:  # column selectors and dispatchers against the tables, as at create
+        client.request("POST", "/api/v2/verify_table", {"replica_config": body["replica_config"]})
     if not args.no_confirm:
         old = client.get_changefeed(args.changefeed_id, args.namespace)
         changes = {key: value for key, value in body.items() if key != "namespace"}
