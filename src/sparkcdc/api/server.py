@@ -237,8 +237,8 @@ class OpenAPI:
         if level not in LOG_LEVELS:
             raise errors.ErrAPIInvalidParam(
                 f"log_level {body.get('log_level')!r} is not one of {', '.join(LOG_LEVELS)}")
+        log.warning("log level changed to %s", level)  # before the change, so it shows at any level
         logging.getLogger().setLevel(LOG_LEVELS[level])
-        log.warning("log level changed to %s", level)
         return _ok()
 
     def unsafe_metadata(self, request: _Request) -> _Response:
