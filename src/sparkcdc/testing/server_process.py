@@ -46,6 +46,7 @@ class ServerProcess:
         os.makedirs(self.data_dir, exist_ok=True)
         log_path = self.log_path or os.path.join(self.data_dir, "server.log")
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+        log_offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         with open(log_path, "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "sparkcdc.cli.main", "server",
@@ -57,6 +58,12 @@ class ServerProcess:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"sparkcdc server exited with {self.process.returncode}; see {log_path}")
+            # Poll the port only once the server says it listens: until then another process (a
+            # Spark JVM's short-lived Python-worker auth socket, which reads a length prefix and
+            # dies with OutOfMemoryError on "GET ") may own the port, above all after a restart.
+            if not _log_contains(log_path, log_offset, b"sparkcdc server ready:"):
+                time.sleep(0.5)
+                continue
             try:
                 self.api("GET", "/api/v2/health")
                 return self
@@ -108,6 +115,12 @@ class ServerProcess:
             self.process.wait(timeout=30)
         except ProcessLookupError:
             pass
+
+
+def _log_contains(path: str, offset: int, text: bytes) -> bool:
+    with open(path, "rb") as log:
+        log.seek(offset)
+        return text in log.read()
 
 
 class ApiError(Exception):
