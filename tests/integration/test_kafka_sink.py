@@ -84,3 +84,32 @@ def test_flush_waits_through_a_broker_restart(kafka):
     recorder = RecordingDownstream()
     consume_until(uri, recorder, TABLE, 200)
     assert len({r.after[0] for r in recorder.rows}) == 200
+
+
+def test_a_broker_down_for_longer_than_write_timeout_is_a_retryable_error(kafka):
+    import time
+
+    from sparkcdc.errors import ErrKafkaSendMessage
+    from sparkcdc.pipeline.runner import is_retryable_failure
+
+    uri = f"kafka://{kafka.bootstrap}/down?protocol=canal-json&enable-tidb-extension=true&write-timeout=3s"
+    sink = KafkaSink(uri, ReplicaConfig())
+    sink.write_rows(TABLE, rows(100, range(10)))
+    sink.write_checkpoint(100)
+    kafka.stop()
+    try:
+        started = time.monotonic()
+        sink.write_rows(TABLE, rows(200, range(10, 20)))
+        with pytest.raises(ErrKafkaSendMessage, match="write-timeout=3s") as raised:
+            sink.flush()
+        assert 3 <= time.monotonic() - started < 10
+        assert is_retryable_failure(str(raised.value))
+        started = time.monotonic()
+        with pytest.raises(ErrKafkaSendMessage):
+            sink.close()  # purges what is queued instead of waiting again
+        assert time.monotonic() - started < 2
+    finally:
+        kafka.start()
+    time.sleep(3)  # a purged message that were still sent would arrive now
+    sent = [json.loads(m.value()) for items in read_topic(kafka.bootstrap, "down").values() for m in items]
+    assert sorted(int(m["data"][0]["id"]) for m in sent if m["type"] == "INSERT") == list(range(10))

@@ -49,6 +49,7 @@ class KafkaSink:
         self._lock = threading.Lock()
         self.sent_messages = 0
         self.sent_bytes = 0
+        self._stalled = False
         self._partition_count(self.config.topic)  # fail at start if the default topic is unusable
         self._adopt_existing_topics()
 
@@ -201,6 +202,7 @@ class KafkaSink:
 
     def _raise_if_stalled(self, stalled: "_Stall", remaining: int) -> None:
         if stalled.update(remaining):
+            self._stalled = True
             raise ErrKafkaSendMessage(
                 f"no message acknowledged by {','.join(self.config.brokers)} for write-timeout="
                 f"{self.config.write_timeout:g}s ({remaining} waiting); is the broker up? The changefeed retries")
@@ -213,6 +215,8 @@ class KafkaSink:
 
     def close(self) -> None:
         try:
+            if self._stalled:  # the broker did not answer for write-timeout already: do not wait again
+                raise ErrKafkaSendMessage("closing a Kafka sink whose messages were not acknowledged")
             self.flush()
         except Exception:
             # Drop what is still queued: the restarted changefeed sends it again from its checkpoint,
