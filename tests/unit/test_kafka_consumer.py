@@ -9,6 +9,7 @@ from sparkcdc.consumer.kafka_consumer import DDLMessage, EventMerger, RowEvent, 
 from sparkcdc.errors import ErrSinkURIInvalid
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
+from sparkcdc.sink.kafka.dispatcher import is_changefeed_topic
 from sparkcdc.sink.kafka.sink import _Stall
 
 
@@ -25,6 +26,13 @@ def test_topics_follow_the_changefeeds_topic_expressions():
         assert selected.fullmatch(name), name
     for name in ("cdc-default2", "other", "cdc_", "all-"):
         assert not selected.fullmatch(name), name
+
+
+def test_kafka_internal_topics_are_never_read():
+    selected = topics_to_read(config_with_topics("{schema}"))
+    assert is_changefeed_topic(selected, "shop") and is_changefeed_topic(selected, "cdc-default")
+    assert not is_changefeed_topic(selected, "__consumer_offsets")
+    assert not is_changefeed_topic(selected, "__transaction_state")
 
 
 def test_explicit_topics_and_regex_replace_the_derived_ones():

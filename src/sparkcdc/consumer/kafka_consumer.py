@@ -33,7 +33,7 @@ from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
 from sparkcdc.sink.kafka.config import KafkaSinkConfig
-from sparkcdc.sink.kafka.dispatcher import topic_pattern
+from sparkcdc.sink.kafka.dispatcher import is_changefeed_topic, topic_pattern
 from sparkcdc.sink.kafka.large_message import ClaimCheckStorage
 
 log = logging.getLogger(__name__)
@@ -473,7 +473,7 @@ class KafkaConsumer:
             log.warning("kafka consumer: cannot list topics, will retry: %s", exc)
             return False
         new = sorted((name, partition) for name, topic in metadata.topics.items()
-                     if topic.error is None and self._topics.fullmatch(name)
+                     if topic.error is None and is_changefeed_topic(self._topics, name)
                      for partition in topic.partitions if (name, partition) not in self._assigned)
         if not new:
             return True

@@ -54,6 +54,12 @@ def topic_pattern(expression: str) -> str:
                    for part in re.split(r"(\{schema\}|\{table\})", expression) if part)
 
 
+def is_changefeed_topic(selected: re.Pattern, name: str) -> bool:
+    """Whether `name` is one of the `selected` topics and not one of Kafka's own
+    (`__consumer_offsets`, ...), which a broad expression such as `{schema}` also matches."""
+    return not name.startswith("__") and selected.fullmatch(name) is not None
+
+
 def _table_hash(table: TableInfo) -> PositionInertia:
     hasher = PositionInertia()
     hasher.write(table.schema.encode(), table.table.encode())

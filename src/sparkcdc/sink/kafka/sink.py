@@ -25,7 +25,7 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic, ErrMessageTooLarge
 from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
-from sparkcdc.sink.kafka.dispatcher import EventRouter, topic_pattern
+from sparkcdc.sink.kafka.dispatcher import EventRouter, is_changefeed_topic, topic_pattern
 from sparkcdc.sink.kafka.message import Message, make_message_encoder
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class KafkaSink:
         except KafkaException as exc:
             raise ErrKafkaSendMessage(f"cannot list topics on {','.join(self.config.brokers)}: {exc}") from None
         for topic in sorted(metadata.topics):
-            if pattern.fullmatch(topic):
+            if is_changefeed_topic(pattern, topic):
                 self._partition_count(topic)
 
     def _list_topic(self, topic: str):
