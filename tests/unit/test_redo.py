@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from sparkcdc.config.replica import ConsistentConfig, parse_replica_config
-from sparkcdc.errors import ErrConsistentStorage, ErrInvalidReplicaConfig, ErrRedoMetaFileNotFound
+from sparkcdc.errors import ErrConsistentStorage, ErrInvalidReplicaConfig, ErrRedoFileOp, ErrRedoMetaFileNotFound
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.source import RANGE_MARKER
@@ -83,8 +83,11 @@ def test_commit_makes_the_batch_readable_and_sets_resolved_ts(tmp_path):
     batch.add_ddls([DDLEvent(200, "db", "t", "ALTER TABLE t ADD c INT", "add column")])
     batch.commit()
     reader = RedoReader(storage(tmp_path))
-    meta = reader.read_meta()
-    assert (meta.checkpoint_ts, meta.resolved_ts, meta.changefeed) == (0, 200, "default/cf")
+    # The run's first batch anchors the checkpoint at its start; the meta file's resolved-ts
+    # follows lazily, the log itself proves the batch at once.
+    assert (reader.read_meta().checkpoint_ts, reader.read_meta().resolved_ts) == (100, 100)
+    meta = reader.effective_meta()
+    assert (meta.checkpoint_ts, meta.resolved_ts, meta.changefeed) == (100, 200, "default/cf")
     steps = list(reader.steps(meta))
     assert isinstance(steps[0], RowStep) and steps[0].rows[0].after == ("1", "a", "x")
     assert isinstance(steps[1], DDLStep) and steps[1].ddl.query == "ALTER TABLE t ADD c INT"
@@ -102,7 +105,8 @@ def test_a_batch_without_its_commit_frame_is_never_applied(tmp_path):
     reader = RedoReader(storage(tmp_path))
     assert [b.end for b in reader.batches()] == [200]
     # Even a meta claiming more (it cannot, but a later run's might) does not resurrect it.
-    rows = [r for s in reader.steps(fmt.RedoMeta(0, 300)) for r in s.rows]
+    assert reader.effective_meta().resolved_ts == 200
+    rows = [r for s in reader.steps(fmt.RedoMeta(100, 300)) for r in s.rows]
     assert [r.commit_ts for r in rows] == [150]
 
 
@@ -131,6 +135,40 @@ def test_checkpoint_reaches_the_meta_within_the_interval_and_old_files_are_delet
     writer.close()
 
 
+def test_a_gap_in_the_log_stops_the_resolved_ts_or_fails_the_apply(tmp_path):
+    writer = RedoWriter(storage(tmp_path), consistent(), "default/cf")
+    for start, end in ((100, 200), (300, 400)):  # (200, 300] is missing
+        batch = writer.batch(start, end)
+        batch.add_rows(INFO, [row(end, "insert", after=[str(end), str(end), "x"])])
+        batch.commit()
+    empty = writer.batch(400, 500)
+    empty.seal(durable=False)
+    empty.wait()
+    writer.close()
+    reader = RedoReader(storage(tmp_path))
+    with pytest.raises(ErrRedoFileOp, match="no batch between commit-ts 200 and 300"):
+        list(reader.steps(reader.effective_meta()))
+    # Without the meta's word for 400, the log alone reaches only up to the gap.
+    assert reader.effective_meta().resolved_ts == 400
+    (store := storage(tmp_path)).put(fmt.META_FILE, fmt.RedoMeta(100, 100, "default/cf").to_bytes())
+    reader = RedoReader(store)
+    assert reader.effective_meta().resolved_ts == 200
+
+
+def test_empty_batches_keep_the_chain_unbroken(tmp_path):
+    writer = RedoWriter(storage(tmp_path), consistent(), "default/cf")
+    for start, end, rows in ((100, 200, 1), (200, 300, 0), (300, 400, 1)):
+        batch = writer.batch(start, end)
+        if rows:
+            batch.add_rows(INFO, [row(end, "insert", after=[str(end), str(end), "x"])])
+        batch.seal(durable=bool(rows))
+        batch.wait()
+    writer.close()
+    reader = RedoReader(storage(tmp_path))
+    assert reader.effective_meta().resolved_ts == 400
+    assert [r.commit_ts for s in reader.steps(reader.effective_meta()) for r in s.rows] == [200, 400]
+
+
 def test_flush_checkpoint_persists_at_once(tmp_path):
     clock = FakeClock()
     writer = RedoWriter(storage(tmp_path), consistent(meta_flush_interval=60_000), "default/cf", clock=clock)
@@ -156,8 +194,8 @@ def test_a_restarted_run_overlapping_the_old_one_yields_each_commit_ts_once(tmp_
         batch.commit()
     second.close()
     reader = RedoReader(storage(tmp_path))
-    meta = reader.read_meta()
-    assert meta.resolved_ts == 400
+    meta = reader.effective_meta()
+    assert (meta.checkpoint_ts, meta.resolved_ts) == (150, 400)  # the second run anchored at 150
     seen = [r.commit_ts for s in reader.steps(fmt.RedoMeta(105, 400)) for r in s.rows]
     assert seen == [110, 200, 210, 300, 310, 400]
 
@@ -281,7 +319,7 @@ class RecordingRedo:
             def add_ddls(self, ddls):
                 calls.append(("redo-ddls", len(ddls)))
 
-            def seal(self):
+            def seal(self, durable=True):
                 calls.append(("redo-seal", end))
 
             def wait(self):

@@ -49,7 +49,7 @@ def run_meta(args: argparse.Namespace) -> int:
     from sparkcdc.redo.storage import RedoStorage
 
     _setup_logging(args.log_level)
-    meta = RedoReader(RedoStorage.from_uri(args.storage), args.tmp_dir or None).read_meta()
+    meta = RedoReader(RedoStorage.from_uri(args.storage), args.tmp_dir or None).effective_meta()
     print(f"checkpoint-ts:{meta.checkpoint_ts}, resolved-ts:{meta.resolved_ts}")
     return 0
 
@@ -69,7 +69,7 @@ def run_apply(args: argparse.Namespace) -> int:
     from sparkcdc.sink.mysql.sink import MySQLSink
 
     reader = RedoReader(RedoStorage.from_uri(args.storage), args.tmp_dir or None)
-    meta = reader.read_meta()
+    meta = reader.effective_meta()
     # Every transaction at or below replicating_ts is written idempotently: all of them here.
     with MySQLSink(args.sink_uri, ReplicaConfig(), replicating_ts=2**64 - 1) as sink:
         result = apply_steps(reader.steps(meta), sink, meta)

@@ -233,6 +233,8 @@ def write_batch(
     if redo is not None and (planned or ddls):
         written = _write_through_redo(redo, start, end, planned, ddls, sink)
     else:
+        if redo is not None:
+            redo.batch(start, end).seal(durable=False)  # keeps the log's chain of batches unbroken
         sink.flush()
     if ddl_error is not None:
         raise ddl_error

@@ -49,6 +49,7 @@ class RedoReader:
     def __init__(self, storage: RedoStorage, tmp_dir: Optional[str] = None):
         self._storage = storage
         self._tmp_dir = tmp_dir
+        self._batches: Optional[list[LoggedBatch]] = None
 
     def read_meta(self) -> fmt.RedoMeta:
         where = f"{self._storage.location.scheme}://{self._storage.location.root}"
@@ -63,6 +64,17 @@ class RedoReader:
         except (ValueError, KeyError) as exc:
             raise ErrRedoFileOp(f"the redo meta in {where} is not valid: {exc}") from None
 
+    def effective_meta(self) -> fmt.RedoMeta:
+        """The meta with resolved-ts extended to the end of the last complete batch reachable
+        from the checkpoint without a gap: every batch the sink may have applied is in it."""
+        meta = self.read_meta()
+        covered = meta.checkpoint_ts
+        for batch in self.batches():
+            if batch.start > covered:
+                break  # a gap: a batch after it cannot have been applied before the missing one
+            covered = max(covered, batch.end)
+        return fmt.RedoMeta(meta.checkpoint_ts, max(meta.resolved_ts, covered), meta.changefeed)
+
     def _file_bytes(self, name: str) -> bytes:
         if self._storage.is_local or not self._tmp_dir:
             return self._storage.read(name)
@@ -73,7 +85,12 @@ class RedoReader:
             return handle.read()
 
     def batches(self) -> list[LoggedBatch]:
-        """Every complete batch in the log, by (start, end, run)."""
+        """Every complete batch in the log, by (start, end, run); read once."""
+        if self._batches is None:
+            self._batches = self._read_batches()
+        return self._batches
+
+    def _read_batches(self) -> list[LoggedBatch]:
         found: dict[tuple[int, int, int], LoggedBatch] = {}
         for name in self._storage.list():
             if not name.endswith(fmt.LOG_SUFFIX):
@@ -93,6 +110,11 @@ class RedoReader:
         for batch in self.batches():
             if batch.end <= covered or covered >= meta.resolved_ts:
                 continue
+            if batch.start > covered:
+                raise ErrRedoFileOp(
+                    f"the redo log has no batch between commit-ts {covered} and {batch.start}, below its "
+                    f"resolved-ts {meta.resolved_ts}: log files are missing from the storage; restore them "
+                    "or apply only up to the gap by hand")
             low, high = covered, min(batch.end, meta.resolved_ts)
             ddls: list[DDLEvent] = []
             for part in sorted(batch.frames):

@@ -4,7 +4,10 @@ Per micro-batch (start, end]: `RedoWriter.batch(start, end)` returns a `RedoBatc
 writer hands it each table's rows and the DDLs as soon as they are planned, and a background
 thread encodes, compresses and writes them while the next table is planned. `commit()` waits
 until every frame and the COMMIT frame are durable (fsync on file://, a finished put on object
-stores), then writes the meta with resolved-ts = end. Only then may the sink apply the batch.
+stores). Only then may the sink apply the batch. A reader's resolved-ts is the end of the last
+complete batch in an unbroken chain from the checkpoint (and at least the meta's resolved-ts),
+so the meta file need not be rewritten per batch: it follows within `meta-flush-interval`.
+Batches with no rows and no DDL get an unsynced COMMIT frame that keeps the chain unbroken.
 
 `checkpoint(ts)` records the sink's checkpoint; the meta file gets it within
 `meta-flush-interval`, and log files whose every batch ends at or below the persisted checkpoint
@@ -42,6 +45,7 @@ class _LogFile:
         self._chunks: list[bytes] = []
         self._handle = open(storage.path(name), "ab") if storage.is_local else None
         self.new = True  # its directory entry is not synced yet
+        self.dirty = False  # frames appended since the last sync
 
     def append(self, frame: bytes, end: int) -> None:
         if self._handle is not None:
@@ -50,8 +54,11 @@ class _LogFile:
             self._chunks.append(frame)
         self.size += len(frame)
         self.max_end = max(self.max_end, end)
+        self.dirty = True
 
     def sync(self) -> None:
+        if not self.dirty:
+            return
         if self._handle is not None:
             self._handle.flush()
             os.fsync(self._handle.fileno())
@@ -60,6 +67,7 @@ class _LogFile:
         else:
             self.storage.put(self.name, b"".join(self._chunks))
         self.new = False
+        self.dirty = False
 
     def close(self) -> None:
         if self._handle is not None:
@@ -93,6 +101,7 @@ class RedoWriter:
         self._checkpoint = meta.checkpoint_ts if meta else 0
         self._persisted_checkpoint = self._checkpoint
         self._meta_dirty = False
+        self._anchored = False
         self._last_meta_write = self._clock()
         self._scan_existing_files()
         self._stop = threading.Event()
@@ -125,6 +134,11 @@ class RedoWriter:
     # -- batches -------------------------------------------------------------------------
     def batch(self, start: int, end: int) -> "RedoBatch":
         self._raise_if_failed()
+        if not self._anchored:
+            # A run starts at the changefeed's checkpoint: persisting it anchors this run's chain
+            # of batches, whatever unsynced tail the previous run left.
+            self._anchored = True
+            self.flush_checkpoint(start)
         return RedoBatch(self, start, end)
 
     def _submit(self, task: Callable[[], None]) -> Future:
@@ -156,19 +170,24 @@ class RedoWriter:
 
     def _close_file(self, kind: str) -> None:
         current = self._open.pop(kind)
+        current.sync()  # frames of empty batches may not be synced yet
         current.close()
         self._closed_files[current.name] = current.max_end
 
-    def _commit(self, start: int, end: int, frames: int) -> None:
+    def _commit(self, start: int, end: int, frames: int, durable: bool) -> None:
         self._append("row", fmt.encode_frame(fmt.KIND_COMMIT, self._run, start, end, frames,
                                               fmt.encode_commit(frames), False), start, end,
                      may_rotate=False)  # a COMMIT stays with its batch
+        if not durable:
+            return  # an empty batch: it only keeps the log contiguous, nothing waits for it
         for kind in list(self._open):
             self._open[kind].sync()
             if not self._storage.is_local:
                 self._close_file(kind)
+        # The log itself now proves the batch (a reader takes the resolved-ts from the last
+        # complete batch); the meta file follows within meta-flush-interval.
         self._resolved = max(self._resolved, end)
-        self._write_meta()
+        self._meta_dirty = True
 
     # -- meta and cleanup ----------------------------------------------------------------
     def _write_meta(self) -> None:
@@ -262,19 +281,20 @@ class RedoBatch:
         if ddls:
             self._add("ddl", fmt.KIND_DDL, lambda: fmt.encode_ddls(ddls))
 
-    def seal(self) -> None:
-        """No more frames: the COMMIT frame and the meta follow in the background."""
+    def seal(self, durable: bool = True) -> None:
+        """No more frames: the COMMIT frame follows in the background, then a sync unless
+        `durable` is False (a batch with no rows and no DDL: nothing is applied from it)."""
         writer = self._writer
         frames = self._frames
-        self._futures.append(writer._submit(lambda: writer._commit(self.start, self.end, frames)))
+        self._futures.append(writer._submit(lambda: writer._commit(self.start, self.end, frames, durable)))
 
     def commit(self) -> None:
-        """Return once the batch is durable and the meta's resolved-ts is its end."""
+        """Return once the batch is durable: a reader's resolved-ts is at least its end."""
         self.seal()
         self.wait()
 
     def wait(self) -> None:
-        """Return once a sealed batch is durable and the meta's resolved-ts is its end."""
+        """Return once a sealed batch is durable: a reader's resolved-ts is at least its end."""
         for future in self._futures:
             try:
                 future.result()
