@@ -121,13 +121,43 @@ def test_still_too_large_after_reduction_is_an_error(tmp_path):
             wide_key, [RowChange(TS, "db", "k", "insert", after=("k" * 2000,))], "t")
 
 
-def test_claim_check_needs_a_storage_uri_and_compression_is_refused():
+def test_claim_check_needs_a_storage_uri_and_compression_needs_canal_json_or_open():
     with pytest.raises(ErrSinkURIInvalid, match="claim-check-storage-uri"):
         parse_kafka_sink_uri("kafka://h:9092/t?protocol=open-protocol", parse_replica_config(
             '[sink.kafka-config.large-message-handle]\nlarge-message-handle-option = "claim-check"\n'))
-    with pytest.raises(ErrSinkUnsupported, match="large-message-handle-compression=lz4"):
-        parse_kafka_sink_uri("kafka://h:9092/t?protocol=open-protocol", parse_replica_config(
+    with pytest.raises(ErrSinkUnsupported, match="large-message-handle-compression=lz4 is built for canal-json"):
+        parse_kafka_sink_uri("kafka://h:9092/t?protocol=simple", parse_replica_config(
             '[sink.kafka-config.large-message-handle]\nlarge-message-handle-compression = "lz4"\n'))
+
+
+@pytest.mark.parametrize("codec", ["snappy", "lz4"])
+@pytest.mark.parametrize("protocol", ["canal-json", "open-protocol"])
+def test_compressed_values_shrink_large_rows_and_decode_back(codec, protocol, tmp_path):
+    """TiCDC compresses every value with large-message-handle-compression; a compressible large
+    row then fits, and the consumer (given the same config) reads it back."""
+    config = sink_config(protocol, "claim-check", tmp_path)
+    config.sink.kafka_config.large_message_handle.large_message_handle_compression = codec
+    storage = ClaimCheckStorage(config.sink.kafka_config.large_message_handle.claim_check_storage_uri)
+    encode = encoder(config)
+    messages = encode.encode_rows(TABLE, ROWS, "t")
+    assert not list((tmp_path / "claims").glob("*.json"))  # 3000 x's compress far below 1024 bytes
+    decode = decode_canal_json if protocol == "canal-json" else None
+    events = []
+    for message in messages:
+        if protocol == "canal-json":
+            events += decode(message.value, storage, codec)
+        else:
+            events += decode_open(message.key, message.value, storage, codec)
+    assert [e.op for e in events] == ["insert", "insert", "delete"]
+    inserted = dict(events[1].after)
+    body = inserted["body"] if protocol == "canal-json" else base64.b64decode(json.loads(inserted["body"])["v"]).decode()
+    assert body == BIG
+    checkpoint = encode.encode_checkpoint(TS)
+    if protocol == "canal-json":
+        assert checkpoint.value[:1] != b"{"  # watermarks are compressed too
+        assert decode_canal_json(checkpoint.value, None, codec) == [("watermark", TS)]
+    else:
+        assert decode_open(checkpoint.key, checkpoint.value, None, codec) == [("watermark", TS)]
 
 
 def test_raw_value_claim_check_round_trips(tmp_path):
@@ -135,3 +165,22 @@ def test_raw_value_claim_check_round_trips(tmp_path):
     location = storage.write(None, b'{"a":1}')
     assert (tmp_path / "raw" / location.rsplit("/", 1)[1]).read_bytes() == b'{"a":1}'
     assert storage.read(location) == (None, b'{"a":1}')
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "open-protocol"])
+def test_compressed_claim_check_round_trips(protocol, tmp_path):
+    import random
+    import string
+
+    noise = "".join(random.Random(5).choices(string.ascii_letters, k=3000))  # does not compress below 1024
+    config = sink_config(protocol, "claim-check", tmp_path)
+    config.sink.kafka_config.large_message_handle.large_message_handle_compression = "lz4"
+    storage = ClaimCheckStorage(config.sink.kafka_config.large_message_handle.claim_check_storage_uri)
+    (message,) = encoder(config).encode_rows(TABLE, [RowChange(TS, "db", "docs", "insert", after=("7", noise))], "t")
+    assert len(list((tmp_path / "claims").glob("*.json"))) == 1
+    if protocol == "canal-json":
+        (event,) = decode_canal_json(message.value, storage, "lz4")
+        assert dict(event.after) == {"id": "7", "body": noise}
+    else:
+        (event,) = decode_open(message.key, message.value, storage, "lz4")
+        assert base64.b64decode(json.loads(dict(event.after)["body"])["v"]).decode() == noise

@@ -34,7 +34,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
 from sparkcdc.sink.kafka.config import KafkaSinkConfig
 from sparkcdc.sink.kafka.dispatcher import is_changefeed_topic, topic_pattern
-from sparkcdc.sink.kafka.large_message import ClaimCheckStorage
+from sparkcdc.sink.kafka.large_message import ClaimCheckStorage, decompress
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +98,14 @@ def _canal_convert(info: TableInfo, name: str, value: Value) -> Value:
     return value
 
 
-def decode_canal_json(value: bytes, claim_check: Optional[ClaimCheckStorage] = None) -> list:
+def decode_canal_json(value: bytes, claim_check: Optional[ClaimCheckStorage] = None,
+                      compression: str = "none") -> list:
     """Events of one canal-json message: RowEvent, DDLMessage or ("watermark", ts)."""
-    message = json.loads(value)
+    message = json.loads(decompress(compression, value))
     extension = message.get("_tidb") or {}
     location = extension.get("claimCheckLocation")
     if location:
-        return decode_canal_json(_claim_check(claim_check, location)[1])
+        return decode_canal_json(_claim_check(claim_check, location)[1], None, compression)
     only_key = bool(extension.get("onlyHandleKey"))
     kind = message.get("type")
     if kind == "TIDB_WATERMARK":
@@ -151,14 +152,15 @@ def _open_convert_json(info: TableInfo, name: str, raw: str) -> Value:
     return _open_convert(info, name, json.loads(raw))
 
 
-def decode_open(key: bytes, value: bytes, claim_check: Optional[ClaimCheckStorage] = None) -> list:
+def decode_open(key: bytes, value: bytes, claim_check: Optional[ClaimCheckStorage] = None,
+                compression: str = "none") -> list:
     from sparkcdc.sink.codec.open import TYPE_DDL, TYPE_RESOLVED, decode_message
 
     events: list = []
-    for event in decode_message(key, value):
+    for event in decode_message(key, value, compression):
         if event.claim_check_location:
             full_key, full_value = _claim_check(claim_check, event.claim_check_location)
-            events.extend(decode_open(full_key or b"", full_value))
+            events.extend(decode_open(full_key or b"", full_value, None, compression))
         elif event.kind == TYPE_RESOLVED:
             events.append(("watermark", event.commit_ts))
         elif event.kind == TYPE_DDL:
@@ -255,8 +257,8 @@ def _avro_table_of(decoder, data: bytes) -> tuple[str, str]:
     return namespace.split(".", 1)[-1], table
 
 
-def decoder_for(protocol: str, schema_registry: str = "",
-                claim_check: Optional[ClaimCheckStorage] = None) -> Callable[[Optional[bytes], Optional[bytes]], list]:
+def decoder_for(protocol: str, schema_registry: str = "", claim_check: Optional[ClaimCheckStorage] = None,
+                compression: str = "none") -> Callable[[Optional[bytes], Optional[bytes]], list]:
     if protocol == "avro":
         from sparkcdc.sink.codec.avro import AvroDecoder, ConfluentSchemaRegistry
 
@@ -265,11 +267,11 @@ def decoder_for(protocol: str, schema_registry: str = "",
         avro = AvroDecoder(ConfluentSchemaRegistry(schema_registry))
         return lambda key, value: decode_avro(avro, key, value)
     if protocol == "canal-json":
-        return lambda key, value: decode_canal_json(value, claim_check) if value else []
+        return lambda key, value: decode_canal_json(value, claim_check, compression) if value else []
     if protocol == "simple":
         return lambda key, value: decode_simple(value) if value else []
     if protocol == "open-protocol":
-        return lambda key, value: decode_open(key, value, claim_check) if key else []
+        return lambda key, value: decode_open(key, value, claim_check, compression) if key else []
     raise ErrSinkUnknownProtocol(
         f"the Kafka consumer reads {', '.join(CONSUMER_PROTOCOLS)}; {protocol!r} is not supported yet")
 
@@ -438,7 +440,8 @@ class KafkaConsumer:
         handle = config.sink.kafka_config.large_message_handle
         claim_check = (ClaimCheckStorage(handle.claim_check_storage_uri, handle.claim_check_raw_value)
                        if handle.claim_check_storage_uri else None)
-        self._decode = decoder_for(config.protocol, config.schema_registry, claim_check)
+        self._decode = decoder_for(config.protocol, config.schema_registry, claim_check,
+                                   handle.large_message_handle_compression or "none")
         conf = config.admin_conf()
         conf.update({
             "group.id": group_id or f"sparkcdc-consumer-{config.topic}",

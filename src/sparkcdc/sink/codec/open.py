@@ -199,7 +199,7 @@ class OpenProtocolEncoder:
 
         for row in rows:
             key = _key_json(row.commit_ts, table.schema, table.table, TYPE_ROW).encode()
-            value = self.row_value(table, row).encode()
+            value = self._large.compress(self.row_value(table, row).encode())
             if self._large.too_large(len(key) + len(value) + _SINGLE_OVERHEAD):
                 key, value = self._reduce(table, row, key, value)
                 if self._large.option == CLAIM_CHECK:  # its own message, like TiCDC's
@@ -230,7 +230,7 @@ class OpenProtocolEncoder:
             after = "moving the row to claim-check storage"
         else:
             raise large.refuse(len(key) + len(value) + _SINGLE_OVERHEAD, table.schema, table.table)
-        value = self.row_value(table, row, only_handle_key=True).encode()
+        value = large.compress(self.row_value(table, row, only_handle_key=True).encode())
         if large.too_large(len(key) + len(value) + _SINGLE_OVERHEAD):
             raise large.refuse(len(key) + len(value) + _SINGLE_OVERHEAD, table.schema, table.table, after)
         return key, value
@@ -238,7 +238,7 @@ class OpenProtocolEncoder:
     def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]:
         key = _key_json(ddl.commit_ts, ddl.schema, ddl.table, TYPE_DDL).encode()
         value = ('{"q":' + gojson.quote(ddl.query) + f',"t":{action_type(ddl.ddl_type)}}}').encode()
-        return Message(_VERSION + _frame(key), _frame(value), rows=0)
+        return Message(_VERSION + _frame(key), _frame(self._large.compress(value)), rows=0)
 
     def encode_checkpoint(self, ts: int) -> Optional[Message]:
         key = _key_json(ts, "", "", TYPE_RESOLVED).encode()
@@ -266,14 +266,19 @@ def _unframe(data: bytes) -> Iterator[bytes]:
         position += length
 
 
-def decode_message(key: bytes, value: bytes) -> list[OpenEvent]:
-    """The events of one open-protocol Kafka message, in order."""
+def decode_message(key: bytes, value: bytes, compression: str = "none") -> list[OpenEvent]:
+    """The events of one open-protocol Kafka message, in order (row and DDL values decompressed
+    per large-message-handle-compression)."""
+    from sparkcdc.sink.kafka.large_message import decompress
+
     (version,) = struct.unpack_from(">Q", key, 0)
     if version != BATCH_VERSION:
         raise ValueError(f"unexpected open protocol batch version {version}")
     events = []
     for key_json, value_json in zip(_unframe(key[8:]), _unframe(value)):
         k = json.loads(key_json)
+        if value_json and k["t"] != TYPE_RESOLVED:
+            value_json = decompress(compression, value_json)
         events.append(OpenEvent(k["t"], k["ts"], k.get("scm", ""), k.get("tbl", ""),
                                 json.loads(value_json) if value_json else {},
                                 bool(k.get("ohk")), k.get("ccl", "")))

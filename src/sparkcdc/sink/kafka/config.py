@@ -273,10 +273,10 @@ def parse_kafka_sink_uri(uri: str, config: Optional[ReplicaConfig] = None) -> Ka
         from sparkcdc.sink.storage.location import parse_storage_location
 
         parse_storage_location(handle.claim_check_storage_uri)
-    if handle.large_message_handle_compression not in ("", "none"):
+    if handle.large_message_handle_compression not in ("", "none") and protocol not in ("canal-json", "open-protocol"):
         raise ErrSinkUnsupported(
-            f"large-message-handle-compression={handle.large_message_handle_compression} is not built yet; "
-            "use \"none\" (Kafka's own `compression` parameter still compresses batches)")
+            f"large-message-handle-compression={handle.large_message_handle_compression} is built for canal-json "
+            f"and open-protocol; use \"none\" with {protocol}")
     if protocol == "simple" and values.get("encoding-format", "json") != "json":
         raise ErrSinkUnsupported("the simple protocol is built with encoding-format=json only; avro is not yet")
     if protocol == "simple" and large != "none":

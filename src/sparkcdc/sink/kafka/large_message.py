@@ -7,6 +7,9 @@
 - `claim-check`: the full message goes to `claim-check-storage-uri` as `<uuid>.json`
   (`{"key":<base64>,"value":<base64>}`, or the bare value with `claim-check-raw-value`), and the
   Kafka message keeps the handle key plus the file's location (`claimCheckLocation` / `ccl`).
+
+`large-message-handle-compression` (snappy, lz4) compresses message values as TiCDC does: every
+canal-json value (rows, DDLs, watermarks) and every open-protocol row and DDL value.
 """
 
 from __future__ import annotations
@@ -23,6 +26,31 @@ from sparkcdc.errors import ErrMessageTooLarge, ErrStorageIO
 NONE, HANDLE_KEY_ONLY, CLAIM_CHECK = "none", "handle-key-only", "claim-check"
 # Kafka's per-record overhead as TiCDC counts it (common.MaxRecordOverhead).
 RECORD_OVERHEAD = 5 * 5 + 10 + 1
+
+
+def compress(codec: str, data: bytes) -> bytes:
+    """TiCDC's pkg/compression: snappy block format, lz4 frame format, or the data as it is."""
+    if codec in ("", NONE):
+        return data
+    import cramjam
+
+    if codec == "snappy":
+        return bytes(cramjam.snappy.compress_raw(data))
+    if codec == "lz4":
+        return bytes(cramjam.lz4.compress(data))
+    raise ValueError(f"unknown large-message-handle-compression {codec!r}")
+
+
+def decompress(codec: str, data: bytes) -> bytes:
+    if codec in ("", NONE):
+        return data
+    import cramjam
+
+    if codec == "snappy":
+        return bytes(cramjam.snappy.decompress_raw(data))
+    if codec == "lz4":
+        return bytes(cramjam.lz4.decompress(data))
+    raise ValueError(f"unknown large-message-handle-compression {codec!r}")
 
 
 class ClaimCheckStorage:
@@ -78,6 +106,7 @@ class LargeMessageHandle:
     max_message_bytes: int = 10485760
     claim_check: Optional[ClaimCheckStorage] = None
     protocol: str = ""
+    compression: str = NONE  # large-message-handle-compression, applied to every value as TiCDC does
 
     @classmethod
     def from_config(cls, config: LargeMessageHandleConfig, max_message_bytes: int,
@@ -85,7 +114,11 @@ class LargeMessageHandle:
         storage = None
         if config.large_message_handle_option == CLAIM_CHECK:
             storage = ClaimCheckStorage(config.claim_check_storage_uri, config.claim_check_raw_value)
-        return cls(config.large_message_handle_option, max_message_bytes, storage, protocol)
+        return cls(config.large_message_handle_option, max_message_bytes, storage, protocol,
+                   config.large_message_handle_compression or NONE)
+
+    def compress(self, data: bytes) -> bytes:
+        return compress(self.compression, data)
 
     def too_large(self, length: int) -> bool:
         return length > self.max_message_bytes

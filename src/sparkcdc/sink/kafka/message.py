@@ -52,16 +52,17 @@ class CanalJSONMessageEncoder:
         return [Message(None, self._encode_row(table, row)) for row in rows]
 
     def _encode_row(self, table: TableInfo, row: RowChange) -> bytes:
-        value = self._encoder.encode_row(table, row).encode()
         large = self._large
+        value = large.compress(self._encoder.encode_row(table, row).encode())
         if not large.too_large(len(value) + RECORD_OVERHEAD):
             return value
         if large.option == HANDLE_KEY_ONLY:
-            reduced = self._encoder.encode_row(table, row, HANDLE_KEY_ONLY).encode()
+            reduced = large.compress(self._encoder.encode_row(table, row, HANDLE_KEY_ONLY).encode())
             after = "keeping only the handle key"
         elif large.option == CLAIM_CHECK:
             assert large.claim_check is not None
-            reduced = self._encoder.encode_row(table, row, large.claim_check.write(None, value)).encode()
+            location = large.claim_check.write(None, value)
+            reduced = large.compress(self._encoder.encode_row(table, row, location).encode())
             after = "moving the row to claim-check storage"
         else:
             raise large.refuse(len(value) + RECORD_OVERHEAD, table.schema, table.table)
@@ -71,11 +72,11 @@ class CanalJSONMessageEncoder:
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]:
         value = self._encoder.encode_ddl(ddl)
-        return Message(None, value) if value is not None else None
+        return Message(None, self._large.compress(value)) if value is not None else None
 
     def encode_checkpoint(self, ts: int) -> Optional[Message]:
         value = self._encoder.encode_watermark(ts)
-        return Message(None, value) if value is not None else None
+        return Message(None, self._large.compress(value)) if value is not None else None
 
 
 def _canal_json(sink: SinkConfig, clock, registry, large) -> MessageEncoder:
