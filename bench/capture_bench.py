@@ -168,6 +168,19 @@ def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int,
     return elapsed, cpu_used, sampler.peak
 
 
+def anchor_schema_history(server: ServerProcess, start_ts: int, sink_dir: str) -> int:
+    """Keeps schema versions from `start_ts` on across runs; returns the start-ts for timed runs.
+
+    The capture drops schema versions below the lowest changefeed checkpoint, so after a timed
+    changefeed is removed, the next could not start from before the workload. A changefeed that
+    finishes at start_ts + 1 (no transaction commits in between) holds that point."""
+    server.cli("changefeed", "create", "-c", "anchor", "--start-ts", str(start_ts), "--target-ts", str(start_ts + 1),
+               "--sink-uri", f"file://{sink_dir}?protocol=canal-json")
+    while server.checkpoint("anchor") < start_ts + 1:
+        time.sleep(0.2)
+    return start_ts + 1
+
+
 def start_server(directory: str, upstream_uri: str, decoder: str) -> ServerProcess:
     saved = os.environ.get("SPARKCDC_PURE_PYTHON_DECODER")
     if decoder == "pure":
@@ -216,6 +229,7 @@ def main() -> int:
                 break
             time.sleep(0.2)
         end_ts = last.commit_ts
+        start_ts = anchor_schema_history(server, start_ts, os.path.join(base, "anchor"))
 
         results: dict[str, list[tuple[float, float, int]]] = {d: [] for d in decoders}
         plain: list[tuple[int, float, float]] = []

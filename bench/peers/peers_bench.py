@@ -1,0 +1,176 @@
+"""Peers benchmark: sparkcdc next to Debezium and mysql-replication on one prepared binlog.
+
+    .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3] [--tools debezium,mysql-replication,sparkcdc]
+
+A private MariaDB gets the sysbench-shaped workload of bench/capture_bench.py (60% inserts in
+100-row transactions, 30% updates, 10% deletes). Then, per round and in turn, each tool reads the
+whole binlog from its start (catch-up mode):
+  debezium           Debezium 3.5 embedded engine + MariaDB connector (bench/peers/java, built here
+                     on demand with Maven from Maven Central; needs mvn and Java 17), every record
+                     to schemaless JSON, counted; no Kafka;
+  mysql-replication  plain python-mysql-replication in one process, rows to JSON;
+  sparkcdc           a changefeed to the file storage sink (canal-json + TiDB extension), until
+                     its checkpoint passes the last transaction (capture_bench.run_changefeed).
+Prints rows/s (from process start for the peers, from `changefeed create` for sparkcdc: each
+includes its start-up), CPU seconds and peak RSS of each tool's process tree, the ratio of sparkcdc
+to each peer, and the load average before and after. Peers do less work (no sink): intended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
+sys.path.insert(0, os.path.join(HERE, ".."))
+
+from capture_bench import (  # noqa: E402
+    PeakSampler, anchor_schema_history, output_rows, run_changefeed, run_workload, start_server, tree_usage,
+)
+from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
+
+JAVA_PROJECT = os.path.join(HERE, "java")
+TOOLS = ("debezium", "mysql-replication", "sparkcdc")
+
+
+def build_java() -> str:
+    """The peers' classpath, building bench/peers/java with Maven if needed."""
+    target = os.path.join(JAVA_PROJECT, "target")
+    classes, lib = os.path.join(target, "classes"), os.path.join(target, "lib")
+    if not (os.path.isdir(lib) and os.path.isdir(os.path.join(classes, "io"))):
+        print("building bench/peers/java (Maven Central; first time takes a few minutes)", flush=True)
+        subprocess.run(["mvn", "-q", "-B", "-f", os.path.join(JAVA_PROJECT, "pom.xml"), "package",
+                        "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
+                       check=True)
+    return f"{classes}:{lib}/*"
+
+
+PLAIN_MYSQL_REPLICATION = """
+import sys
+sys.path.insert(0, {bench!r})
+from types import SimpleNamespace
+from capture_bench import plain_mysql_replication
+from sparkcdc.model.position import BinlogPosition
+rows, seconds, cpu = plain_mysql_replication(SimpleNamespace(port={port}), BinlogPosition({first!r}, {first_pos}), BinlogPosition({last!r}, {last_pos}))
+print(f"rows={{rows}} seconds={{seconds:.3f}}")
+"""
+
+
+def run_measured(command: list[str], rows: int, work_dir: str, name: str) -> tuple[float, float, int, str]:
+    """Seconds, CPU seconds, peak RSS of the process tree and the tool's own report line."""
+    os.makedirs(work_dir, exist_ok=True)
+    began = time.monotonic()
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=open(os.path.join(work_dir, f"{name}.log"), "wb"),
+                               text=True)
+    sampler = PeakSampler(process.pid)
+    sampler.start()
+    cpu = 0.0
+    while process.poll() is None:
+        cpu = max(cpu, tree_usage(process.pid)[0])
+        time.sleep(0.1)
+    elapsed = time.monotonic() - began
+    sampler.done.set()
+    report = process.stdout.read().strip()
+    if process.returncode != 0 or f"rows={rows} " not in report:
+        raise SystemExit(f"{name} failed (exit {process.returncode}, {report!r}); see {work_dir}/{name}.log")
+    return elapsed, cpu, sampler.peak, report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=100_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated: " + ", ".join(TOOLS))
+    args = parser.parse_args()
+    tools = [t.strip() for t in args.tools.split(",") if t.strip()]
+    if not tools or set(tools) - set(TOOLS):
+        parser.error(f"--tools takes some of {', '.join(TOOLS)}")
+    classpath = build_java() if "debezium" in tools else ""
+    base = tempfile.mkdtemp(prefix="sparkcdc-peers-")
+    data_dir = os.path.join(base, "cdc")
+    mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
+    server = start_server(data_dir, mariadb.uri, "native") if "sparkcdc" in tools else None
+    server_stopped = False
+    try:
+        print(f"load average before: {os.getloadavg()}", flush=True)
+        conn = mariadb.connect()
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            first_file, first_pos = cur.fetchone()[:2]
+        index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite")) if server else None
+        start_ts = index.resolved_ts() if index else 0
+        t0 = time.monotonic()
+        rows = run_workload(conn, args.changes)
+        print(f"workload: {rows} row changes in {time.monotonic() - t0:.1f}s", flush=True)
+        with conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        end_ts = 0
+        if index:
+            while True:
+                last = index.last_txn()
+                if last and (last.end.file, last.end.pos) == (file, pos):
+                    break
+                time.sleep(0.2)
+            end_ts = last.commit_ts
+            start_ts = anchor_schema_history(server, start_ts, os.path.join(base, "anchor"))
+            server.stop()  # restarted for each sparkcdc run, so it does not run beside the peers
+            server_stopped = True
+
+        results: dict[str, list[tuple[float, float, int]]] = {t: [] for t in tools}
+        for round_number in range(1, args.rounds + 1):
+            for tool in tools:
+                work_dir = os.path.join(base, f"{tool}-{round_number}")
+                if tool == "debezium":
+                    command = ["java", "-Xmx512m", "-cp", classpath, "io.sparkcdc.bench.DebeziumBench", "127.0.0.1",
+                               str(mariadb.port), str(rows), work_dir]
+                    elapsed, cpu, peak, detail = run_measured(command, rows, work_dir, tool)
+                elif tool == "mysql-replication":
+                    script = PLAIN_MYSQL_REPLICATION.format(bench=os.path.join(HERE, ".."), port=mariadb.port, first=first_file,
+                                                            first_pos=first_pos, last=file, last_pos=pos)
+                    elapsed, cpu, peak, detail = run_measured([sys.executable, "-c", script], rows, work_dir, tool)
+                else:
+                    if server is None or server_stopped:
+                        server = start_server(data_dir, mariadb.uri, "native")
+                    sink_dir = os.path.join(base, f"out-{round_number}")
+                    elapsed, cpu, peak = run_changefeed(server, f"peers-{round_number}", start_ts, end_ts, sink_dir,
+                                                        "canal-json")
+                    server.stop()
+                    server_stopped = True
+                    written = output_rows(sink_dir, "canal-json")
+                    if written != rows:
+                        raise SystemExit(f"sparkcdc wrote {written} row changes, expected {rows}")
+                    detail = f"{written} rows in the sink"
+                results[tool].append((elapsed, cpu, peak))
+                print(f"round {round_number} {tool}: {rows / elapsed:,.0f} rows/s, {elapsed:.1f}s, CPU {cpu:.1f}s, "
+                      f"peak RSS {peak / 2**20:,.0f} MiB; {detail}", flush=True)
+        print(f"load average after: {os.getloadavg()}")
+
+        print(f"\nmedian of {args.rounds} round(s), {rows} row changes (sysbench, 100-row transactions):")
+        print(f"{'tool':<20}{'rows/s':>10}{'CPU s':>8}{'peak RSS MiB':>14}")
+        rates = {}
+        for tool in tools:
+            rates[tool] = statistics.median(rows / e for e, _, _ in results[tool])
+            cpu = statistics.median(c for _, c, _ in results[tool])
+            peak = max(p for _, _, p in results[tool])
+            print(f"{tool:<20}{rates[tool]:>10,.0f}{cpu:>8.1f}{peak / 2**20:>14,.0f}")
+        if "sparkcdc" in rates:
+            for tool in tools:
+                if tool != "sparkcdc":
+                    print(f"sparkcdc / {tool}: {rates['sparkcdc'] / rates[tool]:.2f}")
+    finally:
+        if server is not None and not server_stopped:
+            server.stop()
+        mariadb.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
