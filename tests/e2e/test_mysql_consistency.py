@@ -155,6 +155,9 @@ def test_concurrent_workload_replicates_exactly(fault, mariadb, mariadb_factory,
                 server.start()
                 time.sleep(8)
         elif fault == "downstream-down-20s":
+            # Only once the changefeed writes: on a loaded machine Spark may still be starting, and
+            # an outage it never sees proves nothing.
+            wait_for_progress(server, "consistency")
             downstream.stop()
             deadline = time.monotonic() + 20
             while time.monotonic() < deadline:
