@@ -132,7 +132,9 @@ def is_retryable(exc: BaseException) -> bool:
 def is_ddl_already_applied(exc: BaseException, ddl_type: str) -> bool:
     """Whether a DDL failed only because its effect is already downstream (a replay)."""
     kind = kind_of(error_number(exc))
-    return kind is ErrorKind.DDL_ALREADY_APPLIED or (kind is ErrorKind.DDL_TARGET_GONE and ddl_type in _REMOVING_DDL_TYPES)
+    if kind is ErrorKind.DDL_TARGET_GONE:
+        return ddl_type in _REMOVING_DDL_TYPES
+    return kind is ErrorKind.DDL_ALREADY_APPLIED
 
 
 def error_numbers_in(message: str) -> list[int]:

@@ -243,7 +243,8 @@ class _DDLSession:
 class MySQLSink:
     """RowSink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams.
 
-    `test_only_flavor` (TEST-ONLY) replaces the flavour tidb_version() detected, so tests can run the TiDB-only paths (background ADD INDEX, multi-row UPDATE) against MariaDB.
+    `test_only_flavor` (TEST-ONLY) replaces the flavour tidb_version() detected, so tests can run
+    the TiDB-only paths (background ADD INDEX, multi-row UPDATE) against MariaDB.
     """
 
     def __init__(
