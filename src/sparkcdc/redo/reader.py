@@ -59,6 +59,9 @@ class RedoReader:
             raise ErrRedoMetaFileNotFound(
                 f"no redo meta ({fmt.META_FILE}) in {where}; pass the consistent.storage URI of a changefeed "
                 "with [consistent] level = \"eventual\"") from None
+        except Exception as exc:  # unreachable endpoint, bad credentials, ...
+            raise ErrRedoFileOp(f"cannot read the redo meta in {where}: {exc}; check --storage and that the "
+                                "storage is reachable") from None
         try:
             return fmt.RedoMeta.from_bytes(data)
         except (ValueError, KeyError) as exc:

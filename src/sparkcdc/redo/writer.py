@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Optional, Sequence
 
 from sparkcdc.config.replica import ConsistentConfig
-from sparkcdc.errors import ErrConsistentStorage, ErrRedoFileOp
+from sparkcdc.errors import ErrConsistentStorage, ErrRedoFileOp, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.redo import format as fmt
 from sparkcdc.redo.storage import RedoStorage
@@ -96,14 +96,21 @@ class RedoWriter:
         self._closed_files: dict[str, int] = {}  # name -> the largest batch end it holds
         self._lock = threading.Lock()
         self._error: Optional[BaseException] = None
-        meta = self._read_meta()
+        try:
+            meta = self._read_meta()
+            self._scan_existing_files()
+        except SparkCDCError:
+            raise
+        except Exception as exc:  # unreachable endpoint, bad credentials, ...
+            raise ErrConsistentStorage(
+                f"cannot read the redo storage {self._storage.location.scheme}://{self._storage.location.root}: "
+                f"{exc}; check consistent.storage and that the storage is reachable") from exc
         self._resolved = meta.resolved_ts if meta else 0
         self._checkpoint = meta.checkpoint_ts if meta else 0
         self._persisted_checkpoint = self._checkpoint
         self._meta_dirty = False
         self._anchored = False
         self._last_meta_write = self._clock()
-        self._scan_existing_files()
         self._stop = threading.Event()
         self._flusher = threading.Thread(target=self._flush_meta_periodically, name="redo-meta-flusher",
                                          daemon=True)
