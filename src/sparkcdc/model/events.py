@@ -55,6 +55,10 @@ class ColumnInfo:
     scale: Optional[int] = None  # decimal scale, or fractional seconds precision (fsp)
     elements: tuple[str, ...] = ()  # enum/set members in definition order
     generated: bool = False
+    # The column default as TiDB records it (TiCDC's GetColumnDefaultValue): a literal in the
+    # canonical text of the column's type, or an expression such as `CURRENT_TIMESTAMP(3)`.
+    # None when there is none, and for DEFAULT NULL (TiDB keeps no difference).
+    default: Optional[str] = None
 
     @property
     def is_binary(self) -> bool:
@@ -94,7 +98,13 @@ class TableInfo:
         raise KeyError(name)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        raw = asdict(self)
+        # A column without a default is written as before defaults were tracked, so the JSON of
+        # such tables (schema store, redo logs) keeps its bytes.
+        for column in raw["columns"]:
+            if column["default"] is None:
+                del column["default"]
+        return json.dumps(raw, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "TableInfo":

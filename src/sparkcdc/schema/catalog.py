@@ -13,11 +13,13 @@ from typing import Optional
 
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.schema import ddl_types as T
+from sparkcdc.schema.defaults import canonical_default
 from sparkcdc.schema.parser import (
     AddColumn,
     AddIndex,
     ChangeColumn,
     ColumnSpec,
+    DefaultValue,
     DropColumn,
     DropIndex,
     IndexSpec,
@@ -25,6 +27,7 @@ from sparkcdc.schema.parser import (
     RenameColumn,
     RenameIndex,
     RenameTo,
+    SetColumnDefault,
     SetOptions,
     TableName,
     charset_of_collation,
@@ -187,7 +190,7 @@ def build_column(spec: ColumnSpec, table_charset: str) -> ColumnInfo:
         length = None
     if mysql_type not in ("char", "varchar", "binary", "varbinary", "bit"):
         length = None
-    return ColumnInfo(
+    column = ColumnInfo(
         name=spec.name,
         mysql_type=mysql_type,
         unsigned=spec.unsigned and mysql_type not in ("bit", "year"),
@@ -199,6 +202,9 @@ def build_column(spec: ColumnSpec, table_charset: str) -> ColumnInfo:
         elements=spec.elements if mysql_type in ("enum", "set") else (),
         generated=spec.generated,
     )
+    if spec.default is None or spec.auto_increment:
+        return column
+    return replace(column, default=canonical_default(column, spec.default))
 
 
 def _index_name(wanted: Optional[str], columns: tuple[str, ...], taken: set[str]) -> str:
@@ -274,6 +280,10 @@ class _TableEditor:
         if old.lower() != spec.name.lower() or old != spec.name:
             self.rename_in_indexes(old, spec.name)
         self.inline_keys(spec)
+
+    def set_default(self, name: str, default: Optional[DefaultValue]) -> None:
+        i = self.require(name)
+        self.columns[i] = replace(self.columns[i], default=canonical_default(self.columns[i], default))
 
     def rename_column(self, old: str, new: str) -> None:
         i = self.require(old)
@@ -446,6 +456,8 @@ def apply_ddl(catalog: Catalog, ddl: ParsedDDL, where: str = "") -> Change:
                 editor.change_column(op.old_name, op.column, op.position)
             elif isinstance(op, RenameColumn):
                 editor.rename_column(op.old_name, op.new_name)
+            elif isinstance(op, SetColumnDefault):
+                editor.set_default(op.name, op.default)
             elif isinstance(op, AddIndex):
                 editor.add_index(op.index, op.if_not_exists)
             elif isinstance(op, DropIndex):

@@ -105,6 +105,16 @@ class TableName:
 
 
 @dataclass(frozen=True)
+class DefaultValue:
+    """A DEFAULT clause as written. `kind` is null, string, number, bits (text: the integer in
+    decimal), bytes (text: the bytes as ISO-8859-1) or expression (text: normalized, see
+    `_expression_text`; CURRENT_TIMESTAMP and its synonyms as `CURRENT_TIMESTAMP[(fsp)]`)."""
+
+    kind: str
+    text: str = ""
+
+
+@dataclass(frozen=True)
 class ColumnSpec:
     """A column definition as written (defaults such as the table charset are applied later)."""
 
@@ -122,6 +132,7 @@ class ColumnSpec:
     unique: bool = False
     generated: bool = False
     auto_increment: bool = False
+    default: Optional[DefaultValue] = None  # None: no DEFAULT clause
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,14 @@ class RenameColumn:
 
 
 @dataclass(frozen=True)
+class SetColumnDefault:
+    """ALTER COLUMN c SET DEFAULT v (default) or DROP DEFAULT (default None)."""
+
+    name: str
+    default: Optional[DefaultValue]
+
+
+@dataclass(frozen=True)
 class AddIndex:
     index: IndexSpec
     if_not_exists: bool = False
@@ -197,7 +216,8 @@ class SetOptions:
     options: TableOptions
 
 
-AlterOp = Union[AddColumn, DropColumn, ChangeColumn, RenameColumn, AddIndex, DropIndex, RenameIndex, RenameTo, SetOptions]
+AlterOp = Union[AddColumn, DropColumn, ChangeColumn, RenameColumn, SetColumnDefault, AddIndex, DropIndex, RenameIndex,
+                RenameTo, SetOptions]
 
 
 @dataclass(frozen=True)
@@ -704,7 +724,7 @@ class _Parser:
             elif self.accept("NULL"):
                 spec["not_null"] = False
             elif self.accept("DEFAULT"):
-                self.default_value()
+                spec["default"] = self.default_value()
             elif self.accept("ON", "UPDATE"):
                 self.default_value()
             elif self.accept("AUTO_INCREMENT"):
@@ -767,22 +787,59 @@ class _Parser:
             return
         self.next()
 
-    def default_value(self) -> None:
+    def default_value(self) -> DefaultValue:
+        """The value after DEFAULT (also MariaDB's information_schema COLUMN_DEFAULT text)."""
+        start = self.i
         token = self.next()
+        following = self.peek()
         if token.text == "(":
             self.i -= 1
             self.skip_parens()
-            return
-        if token.text in ("-", "+"):
+            inner = self.tokens[start + 1:self.i - 1]
+            if len(inner) == 1 or (len(inner) == 2 and inner[0].text in ("-", "+")):
+                return _Parser.from_tokens(inner).default_value()  # DEFAULT (5), DEFAULT ('x')
+            return _expression(inner)
+        if token.text in ("-", "+") and following is not None and following.kind == "num":
             self.next()
-            return
-        if token.kind == "id" and self.peek() is not None and self.peek().text == "(":
-            self.skip_parens()  # CURRENT_TIMESTAMP(6), NOW()
-        elif token.kind == "id" and token.upper.startswith("_") and self.peek() is not None and self.peek().kind == "str":
-            self.next()  # _utf8mb4'x'
-        elif token.kind == "id" and token.upper in ("B", "X", "N", "DATE", "TIME", "TIMESTAMP") and \
-                self.peek() is not None and self.peek().kind == "str":
+            return DefaultValue("number", ("-" if token.text == "-" else "") + following.text)
+        if token.kind == "num":
+            if token.text == "0" and following is not None and following.kind == "id" and \
+                    following.text[:1] in ("x", "b") and re.fullmatch(r"[xX][0-9a-fA-F]+|b[01]+", following.text):
+                self.next()  # 0x1F, 0b101
+                digits = following.text[1:]
+                return DefaultValue("bits", str(int(digits, 16 if following.text[0] in "xX" else 2)))
+            return DefaultValue("number", token.text)
+        if token.kind == "str":
+            return DefaultValue("string", unquote_string(token.text))
+        if token.kind != "id":
+            raise DDLParseError(f"unknown default value at {self.context()}")
+        word = token.upper
+        if following is not None and following.kind == "str" and (
+                word.startswith("_") or word in ("N", "DATE", "TIME", "TIMESTAMP", "B", "X")):
             self.next()
+            if word == "B":
+                return DefaultValue("bits", str(int(following.text[1:-1] or "0", 2)))
+            if word == "X":
+                return DefaultValue("bytes", bytes.fromhex(following.text[1:-1]).decode("latin-1"))
+            return DefaultValue("string", unquote_string(following.text))
+        if word == "NULL":
+            return DefaultValue("null")
+        if word in ("TRUE", "FALSE"):
+            return DefaultValue("number", "1" if word == "TRUE" else "0")
+        if following is not None and following.text == "(":
+            self.skip_parens()
+        call = self.tokens[start:self.i]
+        if word in _CURRENT_TIMESTAMP:
+            digits = [t.text for t in call if t.kind == "num"]
+            fsp = int(digits[0]) if digits else 0
+            return DefaultValue("expression", f"CURRENT_TIMESTAMP({fsp})" if fsp else "CURRENT_TIMESTAMP")
+        return _expression(call)
+
+    @classmethod
+    def from_tokens(cls, tokens: list[Token]) -> "_Parser":
+        parser = cls("", "")
+        parser.tokens = list(tokens)
+        return parser
 
     def table_options(self, stop_at_select: bool = False, stop_at: tuple[str, ...] = ()) -> TableOptions:
         charset = collation = comment = None
@@ -1048,10 +1105,9 @@ class _Parser:
             self.accept("IF", "EXISTS")
             name = self.identifier()
             if self.accept("SET", "DEFAULT"):
-                self.default_value()
-                return T.SET_DEFAULT_VALUE, None
+                return T.SET_DEFAULT_VALUE, SetColumnDefault(name, self.default_value())
             if self.accept("DROP", "DEFAULT"):
-                return T.SET_DEFAULT_VALUE, None
+                return T.SET_DEFAULT_VALUE, SetColumnDefault(name, None)
             if self.accept("SET", "VISIBLE") or self.accept("SET", "INVISIBLE"):
                 return T.ALTER_TABLE, None
             raise DDLParseError(f"unknown ALTER COLUMN {name} clause at {self.context()}")
@@ -1221,6 +1277,33 @@ def _charset_of_collation(collation: str) -> str:
 
 def charset_of_collation(collation: str) -> str:
     return _charset_of_collation(collation.lower())
+
+
+_CURRENT_TIMESTAMP = frozenset({"CURRENT_TIMESTAMP", "NOW", "LOCALTIME", "LOCALTIMESTAMP"})
+
+
+def _expression(tokens: list[Token]) -> DefaultValue:
+    """A default expression in one spelling whatever its spacing and case, so the text from a
+    DDL and MariaDB's re-printed COLUMN_DEFAULT (`1 + 2` for `(1+2)`) compare equal."""
+    parts: list[str] = []
+    previous: Optional[Token] = None
+    for token in tokens:
+        text = token.text.lower() if token.kind == "id" else token.text
+        if previous is not None and previous.kind in ("id", "num", "qid") and token.kind in ("id", "num", "qid"):
+            parts.append(" ")
+        parts.append(text)
+        previous = token
+    return DefaultValue("expression", "".join(parts))
+
+
+def parse_default(text: str) -> DefaultValue:
+    """A default as MariaDB's information_schema COLUMN_DEFAULT writes it (`NULL` is the text;
+    an expression comes without its parentheses, `1 + 2`)."""
+    parser = _Parser(text, "")
+    value = parser.default_value()
+    if not parser.at_end():
+        return _expression(parser.tokens)
+    return value
 
 
 def _column_spec(spec: dict) -> ColumnSpec:

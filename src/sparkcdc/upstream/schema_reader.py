@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Optional
 
 from sparkcdc.model.events import ColumnInfo, TableInfo
@@ -48,12 +49,25 @@ def _bit_width(column_type: str) -> int:
     return int(match.group(1)) if match else 1
 
 
+def _with_default(column: ColumnInfo, column_default) -> ColumnInfo:
+    """MariaDB's COLUMN_DEFAULT is SQL NULL for no default, the text `NULL` for DEFAULT NULL and
+    quotes string literals; it parses like a DEFAULT clause, so both paths agree."""
+    from sparkcdc.schema.defaults import canonical_default
+    from sparkcdc.schema.parser import parse_default
+
+    if column_default is None:
+        return column
+    if isinstance(column_default, (bytes, bytearray)):
+        column_default = column_default.decode("utf-8", "surrogateescape")
+    return replace(column, default=canonical_default(column, parse_default(column_default)))
+
+
 def read_table_info(conn, schema: str, table: str, version: int, table_id: int) -> Optional[TableInfo]:
     """The table as information_schema shows it now, or None if it does not exist."""
     with conn.cursor() as cur:
         cur.execute(
             "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, IS_NULLABLE, CHARACTER_SET_NAME, "
-            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, EXTRA "
+            "CHARACTER_MAXIMUM_LENGTH, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, EXTRA, COLUMN_DEFAULT "
             "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
             (schema, table),
         )
@@ -87,7 +101,8 @@ def read_table_info(conn, schema: str, table: str, version: int, table_id: int) 
     unique_columns = {c for name, cols in indexes.items() if unique[name] and name != "PRIMARY" for c in cols}
 
     columns = []
-    for name, data_type, column_type, is_nullable, charset, char_len, num_prec, num_scale, dt_prec, extra in column_rows:
+    for (name, data_type, column_type, is_nullable, charset, char_len, num_prec, num_scale, dt_prec, extra,
+         column_default) in column_rows:
         mysql_type = data_type.lower()
         raw_column_type, column_type = column_type, column_type.lower()
         if name in json_columns and mysql_type == "longtext":
@@ -109,22 +124,21 @@ def read_table_info(conn, schema: str, table: str, version: int, table_id: int) 
         elif mysql_type == "json":
             charset = charset or "utf8mb4"
         extra = (extra or "").upper()
-        columns.append(
-            ColumnInfo(
-                name=name,
-                mysql_type=mysql_type,
-                unsigned="unsigned" in column_type,
-                nullable=is_nullable == "YES",
-                is_primary_key=name in primary,
-                is_unique_key=name in unique_columns,
-                charset=charset,
-                length=length,
-                precision=precision,
-                scale=scale,
-                elements=elements,
-                generated="GENERATED" in extra or "VIRTUAL" in extra or "PERSISTENT" in extra,
-            )
+        column = ColumnInfo(
+            name=name,
+            mysql_type=mysql_type,
+            unsigned="unsigned" in column_type,
+            nullable=is_nullable == "YES",
+            is_primary_key=name in primary,
+            is_unique_key=name in unique_columns,
+            charset=charset,
+            length=length,
+            precision=precision,
+            scale=scale,
+            elements=elements,
+            generated="GENERATED" in extra or "VIRTUAL" in extra or "PERSISTENT" in extra,
         )
+        columns.append(_with_default(column, column_default))
 
     by_name = {c.name: c for c in columns}
     handle_key: tuple[str, ...] = tuple(primary)
