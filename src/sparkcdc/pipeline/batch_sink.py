@@ -128,8 +128,10 @@ def _test_only_kill(where: str) -> None:
 
 
 # Rows per redo piece: a batch's redo is cut at transaction borders into pieces of about this
-# many rows, so the sink applies piece k while piece k+1 is encoded and written.
+# many rows, so the sink applies piece k while piece k+1 is encoded and written. Each piece costs
+# one fsync on file:// but one upload on an object store, so those get larger pieces.
 REDO_PIECE_ROWS = 1000
+REDO_PIECE_ROWS_OBJECT_STORE = 4000
 
 
 def redo_pieces(planned: list[tuple[TableInfo, list[RowChange]]], start: int, end: int,
@@ -163,7 +165,8 @@ def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tup
                         ddls: list[DDLEvent], sink: RowSink) -> int:
     """Each piece is durable in the redo log (and the meta's resolved-ts at its end) before the
     sink gets it; the redo thread works on the next piece while the sink takes this one."""
-    pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS)
+    local = getattr(redo, "is_local", True)
+    pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS if local else REDO_PIECE_ROWS_OBJECT_STORE)
     logged = []
     for low, high, tables in pieces:
         piece = redo.batch(low, high)

@@ -243,6 +243,10 @@ class RedoWriter:
                                 f"{self._storage.location.root} failed: {self._error}") from self._error
 
     @property
+    def is_local(self) -> bool:
+        return self._storage.is_local
+
+    @property
     def persisted_checkpoint(self) -> int:
         return self._persisted_checkpoint
 
