@@ -1,17 +1,20 @@
 """Peers benchmark: sparkcdc next to Debezium and mysql-replication on one prepared binlog.
 
-    .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3] [--tools debezium,mysql-replication,sparkcdc]
+    .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3]
+        [--tools debezium,flink-cdc,mysql-replication,sparkcdc]
 
 A private MariaDB gets the sysbench-shaped workload of bench/capture_bench.py (60% inserts in
 100-row transactions, 30% updates, 10% deletes). Then, per round and in turn, each tool reads the
 whole binlog from its start (catch-up mode):
-  debezium           Debezium 3.5 embedded engine + MariaDB connector (bench/peers/java, built here
-                     on demand with Maven from Maven Central; needs mvn and Java 17), every record
-                     to schemaless JSON, counted; no Kafka;
+  debezium           Debezium 3.5 embedded engine + MariaDB connector (bench/peers/java/debezium),
+                     every record to schemaless JSON, counted; no Kafka;
+  flink-cdc          Flink CDC 3.2 MySQL source on a Flink 1.20 MiniCluster, parallelism 1
+                     (bench/peers/java/flink-cdc), Debezium JSON per record, counted;
   mysql-replication  plain python-mysql-replication in one process, rows to JSON;
   sparkcdc           a changefeed to the file storage sink (canal-json + TiDB extension), until
                      its checkpoint passes the last transaction (capture_bench.run_changefeed).
-Prints rows/s (from process start for the peers, from `changefeed create` for sparkcdc: each
+The Java projects are built here on demand with Maven from Maven Central (needs mvn and Java 17;
+not run by CI). Prints rows/s (from process start for the peers, from `changefeed create` for sparkcdc: each
 includes its start-up), CPU seconds and peak RSS of each tool's process tree, the ratio of sparkcdc
 to each peer, and the load average before and after. Peers do less work (no sink): intended.
 """
@@ -36,20 +39,23 @@ from capture_bench import (  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
-JAVA_PROJECT = os.path.join(HERE, "java")
-TOOLS = ("debezium", "mysql-replication", "sparkcdc")
+JAVA_PROJECTS = os.path.join(HERE, "java")
+TOOLS = ("debezium", "flink-cdc", "mysql-replication", "sparkcdc")
 
 
-def build_java() -> str:
-    """The peers' classpath, building bench/peers/java with Maven if needed."""
-    target = os.path.join(JAVA_PROJECT, "target")
-    classes, lib = os.path.join(target, "classes"), os.path.join(target, "lib")
+def build_java(project: str) -> str:
+    """The classpath of bench/peers/java/<project>, building it with Maven if needed."""
+    root = os.path.join(JAVA_PROJECTS, project)
+    classes, lib = os.path.join(root, "target", "classes"), os.path.join(root, "target", "lib")
     if not (os.path.isdir(lib) and os.path.isdir(os.path.join(classes, "io"))):
-        print("building bench/peers/java (Maven Central; first time takes a few minutes)", flush=True)
-        subprocess.run(["mvn", "-q", "-B", "-f", os.path.join(JAVA_PROJECT, "pom.xml"), "package",
+        print(f"building bench/peers/java/{project} (Maven Central; the first time takes minutes)", flush=True)
+        subprocess.run(["mvn", "-q", "-B", "-f", os.path.join(root, "pom.xml"), "package",
                         "dependency:copy-dependencies", f"-DoutputDirectory={lib}", "-DincludeScope=runtime"],
                        check=True)
-    return f"{classes}:{lib}/*"
+    jars = sorted(os.listdir(lib))
+    # Flink CDC's jars carry patched Debezium classes: they must come first.
+    first = [j for j in jars if j.startswith(("flink-connector-mysql-cdc", "flink-cdc-"))]
+    return ":".join([classes] + [os.path.join(lib, j) for j in first + [j for j in jars if j not in first]])
 
 
 PLAIN_MYSQL_REPLICATION = """
@@ -92,7 +98,7 @@ def main() -> int:
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if not tools or set(tools) - set(TOOLS):
         parser.error(f"--tools takes some of {', '.join(TOOLS)}")
-    classpath = build_java() if "debezium" in tools else ""
+    classpaths = {tool: build_java(tool) for tool in tools if tool in ("debezium", "flink-cdc")}
     base = tempfile.mkdtemp(prefix="sparkcdc-peers-")
     data_dir = os.path.join(base, "cdc")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
@@ -129,8 +135,12 @@ def main() -> int:
             for tool in tools:
                 work_dir = os.path.join(base, f"{tool}-{round_number}")
                 if tool == "debezium":
-                    command = ["java", "-Xmx512m", "-cp", classpath, "io.sparkcdc.bench.DebeziumBench", "127.0.0.1",
-                               str(mariadb.port), str(rows), work_dir]
+                    command = ["java", "-Xmx512m", "-cp", classpaths[tool], "io.sparkcdc.bench.DebeziumBench",
+                               "127.0.0.1", str(mariadb.port), str(rows), work_dir]
+                    elapsed, cpu, peak, detail = run_measured(command, rows, work_dir, tool)
+                elif tool == "flink-cdc":
+                    command = ["java", "-Xmx512m", "-cp", classpaths[tool], "io.sparkcdc.bench.FlinkCdcBench",
+                               "127.0.0.1", str(mariadb.port), str(rows), "sbtest", "sbtest1"]
                     elapsed, cpu, peak, detail = run_measured(command, rows, work_dir, tool)
                 elif tool == "mysql-replication":
                     script = PLAIN_MYSQL_REPLICATION.format(bench=os.path.join(HERE, ".."), port=mariadb.port, first=first_file,
