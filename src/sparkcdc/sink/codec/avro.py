@@ -15,6 +15,7 @@ its consumer and ours use to order rows).
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import re
@@ -116,10 +117,14 @@ def record_schema(namespace: str, table: TableInfo, columns: Sequence[ColumnInfo
     fields = []
     for col in columns:
         avro_type = _column_type(col, decimal_mode, unsigned_mode)
-        # Map keys come out sorted: default, name, type. No column defaults are known here, so a
-        # nullable column gets default null and a NOT NULL one none (TiCDC: the column default).
+        # Map keys come out sorted: default, name, type. A default other than null puts its type
+        # first in a nullable union; decimals (logical types) get none (goavro cannot hold one).
+        default = None if avro_type.get("logicalType") else schema_default(col, decimal_mode, unsigned_mode)
         if _nullable(col):
-            fields.append({"default": None, "name": sanitize_name(col.name), "type": ["null", avro_type]})
+            kinds = ["null", avro_type] if default is None else [avro_type, "null"]
+            fields.append({"default": default, "name": sanitize_name(col.name), "type": kinds})
+        elif default is not None:
+            fields.append({"default": default, "name": sanitize_name(col.name), "type": avro_type})
         else:
             fields.append({"name": sanitize_name(col.name), "type": avro_type})
     if extension:
@@ -129,6 +134,32 @@ def record_schema(namespace: str, table: TableInfo, columns: Sequence[ColumnInfo
     top = {"type": "record", "name": sanitize_name(table.table),
            "namespace": f"{sanitize_name(namespace)}.{sanitize_name(table.schema)}", "fields": fields}
     return gojson.dumps(top)
+
+
+def schema_default(col: ColumnInfo, decimal_mode: str = "precise", unsigned_mode: str = "long") -> Any:
+    """The column default as TiCDC's rowToAvroSchema puts it in the schema: columnToAvroData of
+    the default, marshalled by Go's json (bytes become base64, floats their float64 text)."""
+    if col.default is None:
+        return None
+    name = type_name(col)
+    try:
+        if name == "bit":  # TiDB keeps a BIT default as (flen+7)/8 bytes
+            width = ((display_length(col) or 1) + 7) // 8
+            return base64.b64encode(int(col.default).to_bytes(width, "big")).decode()
+        if name in _TEXT_TYPES and is_binary(col):
+            return base64.b64encode(col.default.encode("latin-1")).decode()
+        datum = avro_value(col, col.default, decimal_mode, unsigned_mode)
+    except (ValueError, ArithmeticError):
+        return None  # an expression default on a numeric column: TiCDC could not encode it either
+    if isinstance(datum, Decimal):
+        return None
+    if isinstance(datum, float):
+        if name == "float":  # strconv.ParseFloat(v, 32): the float32 value, widened
+            import numpy
+
+            datum = float(numpy.float32(datum))
+        return int(datum) if datum.is_integer() and abs(datum) < 1e21 else datum
+    return datum
 
 
 def avro_value(col: ColumnInfo, value: Value, decimal_mode: str = "precise", unsigned_mode: str = "long") -> Any:

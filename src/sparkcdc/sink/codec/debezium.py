@@ -73,7 +73,60 @@ def _is_zero_date(match: re.Match) -> bool:
 
 
 def _field_schema(col: ColumnInfo) -> Optional[str]:
-    """The Kafka Connect schema of one column, or None for a type Debezium has no mapping for."""
+    """The Kafka Connect schema of one column (with its `default` after `field`, as TiCDC writes
+    it), or None for a type Debezium has no mapping for."""
+    schema = _field_type_schema(col)
+    if schema is None or col.default is None:
+        return schema
+    default = _default_json(col, col.default)
+    return schema if default is None else schema[:-1] + f',"default":{default}}}'
+
+
+def _default_json(col: ColumnInfo, default: str) -> Optional[str]:
+    """TiCDC's writeDebeziumFieldSchema `default`: numbers through ParseFloat (so `5` and `5.5`),
+    temporal ones as their values would be (CURRENT_TIMESTAMP as the epoch), None when it writes
+    nothing. (TiCDC also writes a NULL value as the default; we keep NULL values NULL.)"""
+    name = type_name(col)
+    not_null = not col.nullable or col.is_primary_key
+    try:
+        if name == "bit":
+            return field_value(col, str(int(default)))
+        if name in ("varchar", "char", "varbinary", "binary", "enum", "set", "json") or \
+                name.endswith("text") or name.endswith("blob"):
+            return quote(default)
+        if name == "date":
+            match = _DATETIME.match(default)
+            if match is None or _is_zero_date(match):
+                return "0" if not_null else None
+            return field_value(col, default)
+        if name == "datetime":
+            match = _DATETIME.match(default)
+            if match is None or _is_zero_date(match) or int(match.group(1)) == 0:
+                return "0"  # CURRENT_TIMESTAMP[(n)] and unparseable text
+            return field_value(col, default)
+        if name == "timestamp":
+            if default == "CURRENT_TIMESTAMP":
+                return '"1970-01-01T00:00:00Z"' if not_null else None
+            match = _DATETIME.match(default)
+            if match is None:
+                return "0"  # CURRENT_TIMESTAMP(n): StrToDateTime fails and TiCDC writes 0
+            if _is_zero_date(match) or int(match.group(1)) == 0:
+                return '"1970-01-01T00:00:00Z"' if not_null else None
+            return field_value(col, default)
+        if name == "time":
+            return field_value(col, default) if _TIME.match(default) else None
+        if name == "year":
+            year = float(default)
+            year += 2000 if year < 70 else 1900 if year < 100 else 0
+            return go_float64(year)
+        if name in ("tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "decimal"):
+            return go_float64(float(default))
+    except ValueError:
+        return None
+    return None
+
+
+def _field_type_schema(col: ColumnInfo) -> Optional[str]:
     name = type_name(col)
     optional = "true" if col.nullable and not col.is_primary_key else "false"
     head = f'"optional":{optional}'

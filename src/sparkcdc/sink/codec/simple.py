@@ -14,7 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
@@ -62,11 +62,21 @@ def data_type(col: ColumnInfo) -> dict:
     return entry
 
 
+def column_default(col: ColumnInfo) -> Union[str, int, None]:
+    """TiCDC's GetColumnDefaultValue: the text TiDB records, a BIT default as its integer."""
+    if col.default is not None and col.mysql_type == "bit":
+        try:
+            return int(col.default)
+        except ValueError:
+            return col.default
+    return col.default
+
+
 def table_schema(table: TableInfo) -> dict:
     """TiCDC's TableSchema. Index names are not in our metadata: `primary` and `uk`, as TiDB names
     the primary key when it is the clustered handle."""
     columns = [{"name": c.name, "dataType": data_type(c), "nullable": c.nullable and not c.is_primary_key,
-                "default": None} for c in table.columns]
+                "default": column_default(c)} for c in table.columns]
     indexes = []
     if table.primary_key:
         indexes.append({"name": "primary", "unique": True, "primary": True, "nullable": False,

@@ -55,6 +55,8 @@ def column_definition(col: ColumnInfo, output_column_id: bool = False, column_id
     entry["ColumnName"] = col.name
     column_type = name.upper() + (" UNSIGNED" if col.unsigned else "")
     entry["ColumnType"] = column_type
+    if col.default is not None:
+        entry["ColumnDefault"] = _go_string(col, col.default)
     precision: Optional[str] = None
     scale: Optional[str] = None
     if name in ("timestamp", "datetime", "time"):
@@ -82,6 +84,21 @@ def column_definition(col: ColumnInfo, output_column_id: bool = False, column_id
     if col.is_primary_key:
         entry["ColumnIsPk"] = "true"
     return entry
+
+
+def _go_string(col: ColumnInfo, default: str) -> str:
+    """GetColumnDefaultValue as Go's json writes it: a BIT default is TiDB's (flen+7)/8 raw bytes
+    and a binary one its bytes, both read as UTF-8 (invalid bytes become U+FFFD)."""
+    if col.mysql_type == "bit":
+        try:
+            raw = int(default).to_bytes(((display_length(col) or 1) + 7) // 8, "big")
+        except ValueError:
+            return default
+    elif col.is_binary:
+        raw = default.encode("latin-1", "replace")
+    else:
+        return default
+    return raw.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
