@@ -1,8 +1,10 @@
 """The MySQL sink against a real downstream MariaDB: every column type, PK changes, the PK swap
-of product document 003, safe mode, replays, DDL replays, and parallel writers."""
+of product document 003, safe mode, replays, DDL replays, parallel writers, long DDLs, and the
+TiDB-only background index build (flavour forced)."""
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 
 from sparkcdc.config.replica import ReplicaConfig
@@ -311,13 +313,41 @@ def running_statements(server) -> list[tuple[str, str]]:
     return rows
 
 
+class BatchIndex:
+    """The part of TxnIndex that write_batch reads: table definitions and the DDLs of a range."""
+
+    def __init__(self, tables: list[TableInfo], ddls: list[DDLEvent]):
+        self.tables, self.ddls = tables, ddls
+
+    def table_info_at(self, schema: str, table: str, ts: int):
+        return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
+
+    def ddls_between(self, low: int, high: int) -> list[DDLEvent]:
+        return [d for d in self.ddls if low < d.commit_ts <= high]
+
+
+def batch_rows(start: int, end: int, *rows) -> pa.Table:
+    """A micro-batch as the source hands it over: rows plus the (start, end] range marker."""
+    from sparkcdc.pipeline.source import RANGE_MARKER
+
+    rows = [*rows, (end, start, "", "", RANGE_MARKER, None, None)]
+    names = ["commit_ts", "seq", "schema_name", "table_name", "op", "before", "after"]
+    types = [pa.int64(), pa.int64(), pa.string(), pa.string(), pa.string(), pa.list_(pa.string()),
+             pa.list_(pa.string())]
+    return pa.table({name: [row[i] for row in rows] for i, name in enumerate(names)},
+                    schema=pa.schema(list(zip(names, types))))
+
+
 def test_index_ddl_builds_in_the_background_on_a_tidb_flavoured_downstream(downstream):
-    """TiDB's background ADD INDEX, run against MariaDB by forcing the flavour (TEST-ONLY hook).
+    """TiDB's background ADD INDEX, run against MariaDB by forcing the flavour (TEST-ONLY hook):
+    the pipeline's write_batch persists the checkpoint while the index builds, a later DDL on the
+    same table waits for it, one on another table does not, and the index exists at the end.
     A reader holding table t's metadata lock stands in for a long index build: the build cannot
     finish until the reader lets go, for as long as the test needs."""
     import threading
     import time
 
+    from sparkcdc.pipeline.batch_sink import write_batch
     from sparkcdc.sink.mysql.connection import DownstreamFlavor
 
     sink = MySQLSink(downstream.uri, ReplicaConfig(), retry=FAST_RETRY, ddl_retry=FAST_RETRY, async_ddl_grace=0.5,
@@ -342,19 +372,21 @@ def test_index_ddl_builds_in_the_background_on_a_tidb_flavoured_downstream(downs
         # If the sink regressed to waiting for the index, the test fails instead of hanging.
         safety = threading.Timer(30, lambda: downstream.connect().cursor().execute(f"KILL {reader_id}"))
         safety.start()
+        # Batches go through the pipeline's write_batch, which persists the checkpoint last.
         add_index = ddl(5, "db7", "t", "CREATE INDEX ix_v ON t (v)", "create index")
+        add_column_u = ddl(7, "db7", "u", "ALTER TABLE u ADD COLUMN c INT", "add column")
+        index = BatchIndex([t, u], [add_index, add_column_u])
+        checkpoints: list[int] = []
         started = time.monotonic()
-        sink.write_ddl(add_index)
-        # write_ddl returned after the grace period, so the batch's checkpoint can advance.
-        assert time.monotonic() - started < 5
+        write_batch(batch_rows(ts(4), ts(5)), index, sink, lambda schema, table: True, checkpoints.append)
+        assert checkpoints == [ts(5)] and time.monotonic() - started < 5  # the grace period, not the build
         assert sink.running_index_builds() == [add_index]
         assert any(info == add_index.query for _, info in running_statements(downstream))
 
         # Rows and DDL of another table go on while the index builds.
-        sink.write_rows(u, [RowChange(ts(6), "db7", "u", "insert", after=("1", "1"))])
-        sink.flush()
-        sink.write_ddl(ddl(7, "db7", "u", "ALTER TABLE u ADD COLUMN c INT", "add column"))
-        assert sink.running_index_builds() == [add_index]
+        write_batch(batch_rows(ts(5), ts(7), (ts(6), 0, "db7", "u", "insert", None, ["1", "1"])), index, sink,
+                    lambda schema, table: True, checkpoints.append)
+        assert checkpoints == [ts(5), ts(7)] and sink.running_index_builds() == [add_index]
 
         # A later DDL on t waits in the sink: it is not even sent while the index builds.
         later = ddl(8, "db7", "t", "ALTER TABLE t ADD COLUMN w INT", "add column")
