@@ -83,3 +83,45 @@ def test_persisted_table_info_keeps_defaults_and_old_json_reads(mariadb, fresh_d
     # JSON written before defaults were tracked has no "default" key: it reads as no default.
     old = info.to_json().replace('"default":"5",', "")
     assert TableInfo.from_json(old).column("i").default is None
+
+
+def test_avro_schema_with_defaults_registers_and_reads_with_a_stock_client(mariadb, fresh_db, kafka, registry):
+    """Defaults read from a real table go into the registered Avro schema; Apicurio accepts it and
+    confluent-kafka's AvroDeserializer reads a row whose NULLs sit in `[type, "null"]` unions."""
+    import json
+    import urllib.request
+
+    from confluent_kafka.schema_registry import SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroDeserializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from sparkcdc.config.replica import parse_replica_config
+    from sparkcdc.model.events import RowChange
+    from sparkcdc.sink.kafka.sink import KafkaSink
+    from sparkcdc.testing.kafka import read_topic
+
+    conn = mariadb.connect(database=fresh_db)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("CREATE TABLE a (id INT PRIMARY KEY, i INT DEFAULT 5, s VARCHAR(8) NOT NULL DEFAULT 'x<y', "
+                        "f FLOAT DEFAULT 1.1, b BIT(3) DEFAULT b'101', vb VARBINARY(4) DEFAULT 'ab', "
+                        "ts TIMESTAMP NULL DEFAULT CURRENT_TIMESTAMP, d DECIMAL(5,2) DEFAULT 1.5, n INT)")
+        info = read_table_definition(conn, fresh_db, "a").info(1)
+    finally:
+        conn.close()
+    topic = "avro-defaults"
+    uri = f"kafka://{kafka.bootstrap}/{topic}?protocol=avro&enable-tidb-extension=true&schema-registry={registry.url}"
+    sink = KafkaSink(uri, parse_replica_config(""))
+    sink.write_rows(info, [RowChange(100, fresh_db, "a", "insert",
+                                     after=("1", None, "s", None, None, None, None, None, None))])
+    sink.close()
+    with urllib.request.urlopen(f"{registry.url}/subjects/{topic}-value/versions/latest") as response:
+        registered = json.loads(json.loads(response.read())["schema"])
+    defaults = {f["name"]: f.get("default", "<none>") for f in registered["fields"]}
+    assert defaults["i"] == 5 and defaults["s"] == "x<y" and defaults["b"] == "BQ==" and defaults["vb"] == "YWI="
+    assert defaults["ts"] == "CURRENT_TIMESTAMP" and defaults["d"] is None and defaults["n"] is None
+    assert abs(defaults["f"] - 1.1) < 1e-6
+    (message,) = [m for items in read_topic(kafka.bootstrap, topic).values() for m in items]
+    value = AvroDeserializer(SchemaRegistryClient({"url": registry.url}))(
+        message.value(), SerializationContext(topic, MessageField.VALUE))
+    assert value["id"] == 1 and value["s"] == "s" and value["i"] is None and value["ts"] is None
