@@ -19,7 +19,8 @@ import pytest
 
 from sparkcdc.testing.compare import diff_tables, read_upstream_table, wait_for_row
 from sparkcdc.testing.etcd import EtcdServer, etcd_binary
-from sparkcdc.testing.ha import HACluster, ThrottledLoad, concurrent_writes, wait_until, write_windows
+from sparkcdc.testing.ha import (HACluster, ThrottledLoad, concurrent_writes, upstream_position, wait_until,
+                                 write_windows)
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.workload import Workload
 
@@ -88,6 +89,7 @@ def test_captures_stop_writing_while_etcd_is_stopped_and_resume_after_it_returns
         assert load_thread.steps > 0
         workload.finish()
         wait_for_row(down, DATABASE, "finish_mark", timeout=150)
+        cluster.wait_checkpoint_reaches("stop-feed", upstream_position(up), 120)
 
         logs = {f"cdc{n}": os.path.join(s.data_dir, "server.log") for n, s in enumerate(servers)}
         with open(os.path.join(runner_server.data_dir, "server.log"), encoding="utf-8", errors="replace") as log:

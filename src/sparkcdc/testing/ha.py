@@ -86,6 +86,15 @@ class HACluster:
         status = self.client.get(self.keys.status(NAMESPACE, changefeed_id)).json()
         return BinlogPosition.parse(status["checkpoint_position"]).key()
 
+    def wait_checkpoint_reaches(self, changefeed_id: str, position: BinlogPosition, timeout: float) -> None:
+        """Wait until the changefeed's checkpoint covers every upstream change before `position`.
+
+        The barrier to compare tables after: a replicated finish-mark row alone is not one, since
+        a MySQL sink with several workers may commit it before other rows of its batch, while the
+        checkpoint moves only once the whole batch is downstream."""
+        wait_until(lambda: self.checkpoint_position(changefeed_id) >= position.key(), timeout,
+                   f"the checkpoint of {changefeed_id} to reach {position}")
+
     def live_runner(self, changefeed_id: str) -> Optional[str]:
         """The changefeed's capture, once that is a live one (not killed, not unassigned)."""
         runner = self.runner_of(changefeed_id)
@@ -123,6 +132,14 @@ class ThrottledLoad:
         self._thread.join(60)
         if self.error is not None:
             raise self.error
+
+
+def upstream_position(conn) -> BinlogPosition:
+    """Where the upstream's binlog ends now (SHOW MASTER STATUS)."""
+    with conn.cursor() as cursor:
+        cursor.execute("SHOW MASTER STATUS")
+        row = cursor.fetchone()
+    return BinlogPosition(row[0], int(row[1]))
 
 
 # -- logs ----------------------------------------------------------------------------------------
