@@ -812,7 +812,7 @@ class _Parser:
         if token.kind == "str":
             return DefaultValue("string", unquote_string(token.text))
         if token.kind != "id":
-            raise DDLParseError(f"unknown default value at {self.context()}")
+            return _expression([token])
         word = token.upper
         if following is not None and following.kind == "str" and (
                 word.startswith("_") or word in ("N", "DATE", "TIME", "TIMESTAMP", "B", "X")):
