@@ -152,7 +152,11 @@ class ChangefeedRunner:
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
-            extras = self._consistency_writers(info, config)
+            try:
+                extras = self._consistency_writers(info, config)
+            except BaseException:
+                _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
+                raise
             query = (
                 self._spark.readStream.format(SOURCE_NAME)
                 .options(**options.to_options())
