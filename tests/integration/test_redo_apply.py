@@ -1,6 +1,7 @@
 """`sparkcdc redo apply` against a real MariaDB: a downstream left mid-batch ends exactly at the
 upstream state as of the redo resolved-ts (rows compared with an upstream database that ran the
-same transactions), across a DDL, a unique-key swap and a primary-key change; again on S3."""
+same transactions), across a DDL, a unique-key swap and a primary-key change; on file, S3, GCS
+and Azure storage."""
 
 from __future__ import annotations
 
@@ -56,16 +57,16 @@ def row_changes(database, before_state, after_state, table, commit_ts, seq_start
     return changes
 
 
-@pytest.fixture(params=["file", "s3"])
+@pytest.fixture(params=["file", "s3", "gcs", "azblob"])
 def redo_uri(request, tmp_path):
     if request.param == "file":
         yield f"file://{tmp_path}/redo"
         return
     try:
-        binary_for("s3")
+        binary_for(request.param)
     except EmulatorNotInstalled as exc:
-        pytest.skip(f"s3 emulator not installed ({exc})")
-    server = start_emulator("s3", str(tmp_path / "s3"))
+        pytest.skip(f"{request.param} emulator not installed ({exc})")
+    server = start_emulator(request.param, str(tmp_path / request.param))
     bucket = f"redo-{uuid.uuid4().hex[:8]}"
     server.create_bucket(bucket)
     yield server.uri(bucket, "changefeed-redo")
