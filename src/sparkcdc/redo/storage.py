@@ -47,7 +47,11 @@ class RedoStorage:
     def __post_init__(self) -> None:
         self._fs: Any = self.location.filesystem()
         if self.location.is_local:
-            os.makedirs(self.location.root, exist_ok=True)
+            try:
+                os.makedirs(self.location.root, exist_ok=True)
+            except OSError as exc:
+                raise ErrConsistentStorage(f"cannot create the redo directory {self.location.root}: {exc}; "
+                                           "pick a writable consistent.storage path") from None
 
     @property
     def is_local(self) -> bool:
