@@ -163,7 +163,7 @@ def redo_pieces(planned: list[tuple[TableInfo, list[RowChange]]], start: int, en
 
 def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tuple[TableInfo, list[RowChange]]],
                         ddls: list[DDLEvent], sink: RowSink) -> int:
-    """Each piece is durable in the redo log (and the meta's resolved-ts at its end) before the
+    """Each piece is durable in the redo log (a reader's resolved-ts reaches its end) before the
     sink gets it; the redo thread works on the next piece while the sink takes this one."""
     local = getattr(redo, "is_local", True)
     pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS if local else REDO_PIECE_ROWS_OBJECT_STORE)
