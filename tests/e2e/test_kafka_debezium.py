@@ -140,7 +140,6 @@ def test_debezium_envelopes_rebuild_the_tables(mariadb, tmp_path):
         _workload(up)
         expected = {name: read_upstream_table(up, DATABASE, name) for name in TABLES}
         assert len(expected["accounts"]) > 20 and len(expected["pairs"]) == 2
-        rebuilder = None
         deadline = time.monotonic() + 180
         problems: list[str] = ["nothing read yet"]
         while problems and time.monotonic() < deadline:

@@ -58,14 +58,16 @@ def test_alter_set_and_drop_default():
 
 
 def _table(*columns: ColumnInfo) -> TableInfo:
-    return TableInfo("test", "t", 7, (ColumnInfo("id", "int", nullable=False, is_primary_key=True),) + columns, 1, ("id",))
+    key = ColumnInfo("id", "int", nullable=False, is_primary_key=True)
+    return TableInfo("test", "t", 7, (key,) + columns, 1, ("id",))
 
 
 DEFAULTS = _table(
     ColumnInfo("i", "int", default="5"), ColumnInfo("nn", "int", nullable=False, default="-2"),
     ColumnInfo("s", "varchar", length=5, charset="utf8mb4", default="a<b"), ColumnInfo("n", "int"),
     ColumnInfo("f", "float", default="1.1"), ColumnInfo("dec", "decimal", precision=6, scale=2, default="1.50"),
-    ColumnInfo("b", "bit", length=3, default="5"), ColumnInfo("ts", "timestamp", scale=3, default="CURRENT_TIMESTAMP(3)"),
+    ColumnInfo("b", "bit", length=3, default="5"),
+    ColumnInfo("ts", "timestamp", scale=3, default="CURRENT_TIMESTAMP(3)"),
     ColumnInfo("vb", "varbinary", length=4, charset="binary", default="\x01A"), ColumnInfo("y", "year", default="2024"),
 )
 
