@@ -47,6 +47,9 @@ def setup(tmp_path, monkeypatch):
     ("[SPARKCDC:ErrExecDDLFailed] DDL 'ALTER TABLE t ...' failed downstream: (1064, ...)", False),
     ("[SPARKCDC:ErrMySQLTxnError] writing failed: (1146, \"Table 'db.t' doesn't exist\")", False),
     ("[SPARKCDC:ErrInvalidReplicaConfig] bad", False),
+    ("[SPARKCDC:ErrStorageIO] writing s3://bucket/out/db/t/1/CDC000001.json failed: connection refused", True),
+    ("[SPARKCDC:ErrRedoFileOp] writing the redo log to s3://redo failed: timed out", True),
+    ("[SPARKCDC:ErrConsistentStorage] consistent.storage 'ftp://x' is not supported", False),
     ("RuntimeError: no table info for db.t at 5", False),
     ("[STREAM_FAILED] Query terminated with exception: Python worker failed to connect back.", True),
 ])
