@@ -200,7 +200,7 @@ fn push_datetime(out: &mut String, parts: [u64; 6], micros: u64, fsp: usize) {
 
 /// Microseconds stored in `(fsp + 1) / 2` big-endian bytes after a temporal value.
 fn read_fraction(cur: &mut Cursor, fsp: usize) -> Result<u64, String> {
-    let n = (fsp + 1) / 2;
+    let n = fsp.div_ceil(2);
     if n == 0 {
         return Ok(0);
     }
@@ -341,7 +341,7 @@ impl RowLayout {
                 }
             }
             Kind::Time { fsp } => {
-                let fraction_bytes = (*fsp + 1) / 2;
+                let fraction_bytes = fsp.div_ceil(2);
                 let raw = cur.uint_be(3 + fraction_bytes)? as i64;
                 let shift = 8 * fraction_bytes as u32;
                 let mut value = raw - (0x80_0000i64 << shift);
@@ -406,7 +406,7 @@ impl RowLayout {
                         )
                     }
                 };
-                return python_object(py, object);
+                return python_object(object);
             }
             Kind::Bytes { length_size, pad_to } => {
                 let length = cur.uint_le(*length_size)? as usize;
@@ -418,7 +418,7 @@ impl RowLayout {
                 } else {
                     unsafe { ffi::PyUnicode_DecodeLatin1(bytes.as_ptr() as *const c_char, length as isize, std::ptr::null()) }
                 };
-                return python_object(py, object);
+                return python_object(object);
             }
         }
         Ok(Value::Text)
@@ -428,7 +428,7 @@ impl RowLayout {
     fn read_row(&self, py: Python<'_>, cur: &mut Cursor, present: &[u8], out: &mut String) -> PyResult<*mut ffi::PyObject> {
         let columns = self.kinds.len();
         let present_count = (0..columns).filter(|&i| bit_set(present, i)).count();
-        let nulls = cur.take((present_count + 7) / 8).map_err(|e| self.error(e))?;
+        let nulls = cur.take(present_count.div_ceil(8)).map_err(|e| self.error(e))?;
         let tuple = unsafe { ffi::PyTuple_New(columns as isize) };
         if tuple.is_null() {
             return Err(PyErr::fetch(py));
@@ -474,10 +474,9 @@ fn none(py: Python<'_>) -> *mut ffi::PyObject {
     py.None().into_ptr()
 }
 
-fn python_object(py: Python<'_>, object: *mut ffi::PyObject) -> Result<Value, String> {
+fn python_object(object: *mut ffi::PyObject) -> Result<Value, String> {
     if object.is_null() {
         // Leave the Python exception (e.g. UnicodeDecodeError) set; the caller raises it.
-        let _ = py;
         return Err(String::new());
     }
     Ok(Value::Object(object))
@@ -535,7 +534,7 @@ impl RowLayout {
                 self.kinds.len()
             )));
         }
-        let bitmap_len = (columns + 7) / 8;
+        let bitmap_len = columns.div_ceil(8);
         let present_before = cur.take(bitmap_len).map_err(|e| self.error(e))?;
         let present_after = if is_update { cur.take(bitmap_len).map_err(|e| self.error(e))? } else { present_before };
         let mut rows: Vec<*mut ffi::PyObject> = Vec::new();
