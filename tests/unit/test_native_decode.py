@@ -156,3 +156,17 @@ def test_string_specs_follow_the_pure_paths_charset_handling():
     assert spec(ColumnInfo("c", "varchar", charset="swe7"),
                 _binlog_column(FIELD_TYPE.VARCHAR, max_length=10, character_set_name="swe7")) == (
         "text", 1, 0, [], "utf-8", "surrogateescape")
+
+
+def test_connections_without_tls_options_share_one_preferred_tls_context():
+    import ssl
+
+    from pymysql.connections import Connection
+
+    from sparkcdc.upstream import decoder_fixes  # noqa: F401  (applies the fixes)
+
+    first = Connection._create_ssl_ctx(None, {})
+    assert Connection._create_ssl_ctx(None, {}) is first
+    assert first.verify_mode == ssl.CERT_NONE and not first.check_hostname
+    # explicit TLS options still get their own context
+    assert Connection._create_ssl_ctx(None, {"verify_mode": "required"}) is not first
