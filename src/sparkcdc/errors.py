@@ -51,6 +51,7 @@ ErrUpstreamPrivilege = _define("ErrUpstreamPrivilege")
 ErrBinlogUnsupportedEvent = _define("ErrBinlogUnsupportedEvent", 500)
 ErrBinlogPositionInvalid = _define("ErrBinlogPositionInvalid")
 ErrStorageIO = _define("ErrStorageIO", 500)
+ErrStorageUnavailable = _define("ErrStorageUnavailable", 503)  # a transient storage error: retried
 ErrAPIInvalidParam = _define("ErrAPIInvalidParam")
 ErrServerUnreachable = _define("ErrServerUnreachable", 503)
 ErrSecurityConfig = _define("ErrSecurityConfig")

@@ -190,3 +190,15 @@ def test_schema_file_paths_match_ticdc_golden_values():
         "schema1/table1/meta/schema_100_0785427252.json"
     assert TableDefinition("schema1", "", 100, "", 0, ()).file_path() == "schema1/meta/schema_100_3233644819.json"
     assert json.loads(TableDefinition("schema1", "", 100, "", 0, ()).to_json())["TableColumns"] is None
+
+
+def test_storage_errors_are_transient_unless_retrying_cannot_fix_them():
+    from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable
+    from sparkcdc.sink.storage.writer import storage_error
+
+    for permanent in (NotADirectoryError(20, "Not a directory"), PermissionError("403 Forbidden"),
+                      FileNotFoundError("NoSuchBucket")):
+        assert type(storage_error("x", permanent)) is ErrStorageIO
+    for transient in (ConnectionRefusedError(111, "Connection refused"), TimeoutError(), OSError("503 SlowDown"),
+                      RuntimeError("Could not connect to the endpoint URL")):
+        assert type(storage_error("x", transient)) is ErrStorageUnavailable

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
-from sparkcdc.errors import ErrStorageIO, SparkCDCError
+from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import make_encoder
@@ -43,6 +43,19 @@ _LOG = logging.getLogger(__name__)
 
 def data_file_name(index: int, extension: str, width: int) -> str:
     return f"CDC{index:0{width}d}.{extension}"
+
+
+# Errors that retrying cannot fix: the path is a file, access is denied, the bucket is missing,
+# the request is malformed. Anything else (connection refused, timeouts, 5xx) may pass by itself.
+_PERMANENT_STORAGE_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
+                             FileExistsError, ValueError, TypeError)
+
+
+def storage_error(message: str, exc: BaseException) -> SparkCDCError:
+    """ErrStorageIO for a permanent failure, ErrStorageUnavailable (retried) for a transient one."""
+    if isinstance(exc, _PERMANENT_STORAGE_ERRORS):
+        return ErrStorageIO(message)
+    return ErrStorageUnavailable(message)
 
 
 @dataclass
@@ -97,9 +110,9 @@ class StorageSink:
         except SparkCDCError:
             raise
         except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds
-            raise ErrStorageIO(
+            raise storage_error(
                 f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI, the "
-                "bucket and its permissions") from exc
+                "bucket and its permissions", exc) from exc
 
     def _read(self, relative: str) -> Optional[bytes]:
         path = self._path(relative)
@@ -109,7 +122,7 @@ class StorageSink:
         except FileNotFoundError:
             return None
         except Exception as exc:  # noqa: BLE001
-            raise ErrStorageIO(f"cannot read {self.target.scheme}://{path}: {exc}") from exc
+            raise storage_error(f"cannot read {self.target.scheme}://{path}: {exc}", exc) from exc
 
     def _date(self) -> str:
         fmt = _DATE_FORMATS.get(self.sink.date_separator)
@@ -268,7 +281,7 @@ class StorageSink:
         try:
             found = self._fs.find(self._root) if self._fs.exists(self._root) else []
         except Exception as exc:  # noqa: BLE001
-            raise ErrStorageIO(f"cannot list {self.target.scheme}://{self._root}: {exc}") from exc
+            raise storage_error(f"cannot list {self.target.scheme}://{self._root}: {exc}", exc) from exc
         expired = []
         for path in found:
             match = _DATED_DATA_FILE.search("/" + posixpath.relpath(path, self._root.rstrip("/")))
