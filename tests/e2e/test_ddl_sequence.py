@@ -14,7 +14,7 @@ import time
 import pytest
 
 from sparkcdc.consumer.storage_reader import checkpoint_ts
-from sparkcdc.testing.compare import diff_tables, read_upstream_table
+from sparkcdc.testing.compare import wait_tables_equal
 from sparkcdc.testing.server_process import ServerProcess, run_sparkcdc
 from sparkcdc.upstream.txn_index import TxnIndex
 
@@ -50,10 +50,7 @@ def dml(cur, round_: int, tables) -> None:
 
 
 def assert_same_schema_and_data(up, down, live) -> None:
-    for table in live + ["finish_mark"]:
-        expected = read_upstream_table(up, DB, table)
-        problems = diff_tables(expected, read_upstream_table(down, DB, table))
-        assert not problems, f"{table}: " + "\n".join(problems)
+    wait_tables_equal(up, down, DB, live + ["finish_mark"])
     with down.cursor() as cur:
         cur.execute("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA=%s", (DB,))
         assert sorted(r[0] for r in cur.fetchall()) == sorted(live + ["finish_mark"]), \

@@ -15,7 +15,7 @@ import pytest
 
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.pipeline.runner import TEST_ONLY_SYNC_POINT_INTERVAL_ENV
-from sparkcdc.testing.compare import diff_tables, read_upstream_table
+from sparkcdc.testing.compare import read_upstream_table
 from sparkcdc.testing.server_process import ServerProcess
 
 pytestmark = pytest.mark.e2e

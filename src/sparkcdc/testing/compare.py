@@ -84,3 +84,27 @@ def wait_for_row(conn, database: str, table: str, timeout: float = 180.0) -> Non
                 pass
         time.sleep(1)
     raise AssertionError(f"{database}.{table} not replicated downstream in {timeout}s")
+
+
+def wait_tables_equal(up, down, database: str, tables, timeout: float = 60.0) -> None:
+    """Poll until each of `tables` downstream equals upstream, row by row.
+
+    A replicated finish-mark row does not prove its batch is all downstream: a MySQL sink with
+    several workers commits each worker's share on its own, so the mark can land first. Raises
+    with the differences still seen at the timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        problems = []
+        for table in tables:
+            try:
+                found = diff_tables(read_upstream_table(up, database, table), read_upstream_table(down, database, table))
+            except Exception as exc:  # noqa: BLE001 - e.g. the table is not downstream yet
+                found = [f"cannot read: {exc}"]
+            problems += [f"{table}: {p}" for p in found]
+        if not problems:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{database} still differs after {timeout}s:\n" + "\n".join(problems))
+        time.sleep(1)
