@@ -31,44 +31,9 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def process_tree(root_pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except OSError:
-                continue
-    tree, todo = [], [root_pid]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, []))
-    return tree
-
-
-def tree_usage(root_pid: int) -> tuple[float, int]:
-    """(CPU seconds, RSS bytes) of a process and all its descendants."""
-    cpu, rss = 0.0, 0
-    for pid in process_tree(root_pid):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-            rss += int(fields[21]) * PAGE
-        except OSError:
-            continue
-    return cpu, rss
-
 
 class PeakSampler(threading.Thread):
     def __init__(self, pid: int):

@@ -43,6 +43,7 @@ from sparkcdc.consumer.storage_reader import (
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
+from sparkcdc.sink.mysql.connection import close_quietly
 from sparkcdc.sink.storage.location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import ACTION_TYPES, TableDefinition
 
@@ -272,12 +273,8 @@ class MySQLCheckpointStore:
             (self.upstream, ts)))
 
     def close(self) -> None:
-        if self._connection is not None:
-            try:
-                self._connection.close()
-            except Exception:
-                pass
-            self._connection = None
+        close_quietly(self._connection)
+        self._connection = None
 
 
 def _ddl_event(definition: TableDefinition) -> DDLEvent:

@@ -1,4 +1,4 @@
-"""Memory of a process and all its descendants (server + Spark JVM + Python workers), read from
+"""CPU and memory of a process and all its descendants (server + Spark JVM + Python workers), read from
 /proc, for tests and benchmarks that report what a run costs. Linux only."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import os
 import threading
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def process_tree(root_pid: int) -> list[int]:
@@ -29,16 +30,23 @@ def process_tree(root_pid: int) -> list[int]:
     return tree
 
 
-def tree_rss_bytes(root_pid: int) -> int:
-    """Resident memory of the process tree now."""
-    total = 0
+def tree_usage(root_pid: int) -> tuple[float, int]:
+    """(CPU seconds used so far, resident bytes now) of the process tree."""
+    cpu, rss = 0.0, 0
     for pid in process_tree(root_pid):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                total += int(f.read().rsplit(")", 1)[1].split()[21]) * PAGE_BYTES
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+            rss += int(fields[21]) * PAGE_BYTES
         except (OSError, IndexError, ValueError):
             continue
-    return total
+    return cpu, rss
+
+
+def tree_rss_bytes(root_pid: int) -> int:
+    """Resident memory of the process tree now."""
+    return tree_usage(root_pid)[1]
 
 
 class PeakRSS(threading.Thread):

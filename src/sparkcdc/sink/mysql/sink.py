@@ -40,6 +40,7 @@ from sparkcdc.sink.mysql.connection import (
     DownstreamFlavor,
     RetryPolicy,
     apply_tidb_session,
+    close_quietly,
     connect,
     detect_flavor,
 )
@@ -129,12 +130,8 @@ class _Writer(threading.Thread):
         self._close()
 
     def _close(self) -> None:
-        if self.connection is not None:
-            try:
-                self.connection.close()
-            except Exception:
-                pass
-            self.connection = None
+        close_quietly(self.connection)
+        self.connection = None
 
     def _plan(self, batch: list[_Work], force_idempotent: bool) -> list[list[Statement]]:
         sink = self.sink
@@ -232,12 +229,8 @@ class _DDLSession:
         return self._connection
 
     def close(self) -> None:
-        if self._connection is not None:
-            try:
-                self._connection.close()
-            except Exception:
-                pass
-            self._connection = None
+        close_quietly(self._connection)
+        self._connection = None
 
 
 class MySQLSink:

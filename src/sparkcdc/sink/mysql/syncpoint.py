@@ -29,7 +29,7 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrMySQLConnectionError, ErrMySQLTxnError
 from sparkcdc.model.tso import compose, physical_ms
 from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
-from sparkcdc.sink.mysql.connection import DownstreamFlavor, connect, detect_flavor, is_retryable
+from sparkcdc.sink.mysql.connection import DownstreamFlavor, close_quietly, connect, detect_flavor, is_retryable
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +134,5 @@ class SyncpointWriter:
                     f"DELETE on {SYNCPOINT_SCHEMA}.*") from exc
 
     def close(self) -> None:
-        if self._connection is not None:
-            try:
-                self._connection.close()
-            except Exception:
-                pass
-            self._connection = None
+        close_quietly(self._connection)
+        self._connection = None
