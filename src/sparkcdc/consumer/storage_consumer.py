@@ -318,11 +318,17 @@ class StorageConsumer:
         schemas = [s for s in _list_dirs(self._fs, self._root)]
         for schema in schemas:
             self._database_ddls(schema, lower, upper)
+        # Every table's versions in one commit-ts order, so a DDL stored under one table (RENAME
+        # lives in the new name's directory) runs after the rows and DDLs of older versions of
+        # the others (the old name's rows); within a table, versions stay in order.
+        steps = []
         for schema in schemas:
             schema_dir = posixpath.join(self._root, schema)
             for table in _list_dirs(self._fs, schema_dir):
                 if table != "meta":
-                    self._sync_table(schema, table, lower, upper)
+                    steps += self._table_steps(schema, table, lower, upper)
+        for _, _, step in sorted(steps, key=lambda s: s[:2]):
+            step()
         self._downstream.flush()
         self._store.save(upper)
         self.checkpoint_ts = upper
@@ -362,7 +368,9 @@ class StorageConsumer:
             if definition.query and definition.type != _DROP_DATABASE:
                 self._downstream.write_ddl(_ddl_event(definition))
 
-    def _sync_table(self, schema: str, table: str, lower: int, upper: int) -> None:
+    def _table_steps(self, schema: str, table: str, lower: int, upper: int) -> list:
+        """(version, (schema, table), apply) for each of the table's versions up to `upper`: the
+        version's DDL (or the table's creation from a query-less schema file), then its rows."""
         table_dir = posixpath.join(self._root, schema, table)
         definitions = table_definitions(self._fs, table_dir)
         known = self._table_infos.get((schema, table))
@@ -372,44 +380,55 @@ class StorageConsumer:
         files_by_version: dict[int, list] = {}
         for data_file in table_files(self._fs, table_dir, self._protocol, known):
             files_by_version.setdefault(data_file.version, []).append(data_file)
+        self._applied.setdefault((schema, table), lower)
+        return [(version, (schema, table),
+                 lambda version=version: self._apply_version(schema, table, version, definitions,
+                                                             files_by_version.get(version, ()), known, lower, upper))
+                for version in sorted(set(definitions) | set(files_by_version)) if version <= upper]
+
+    def _apply_version(self, schema: str, table: str, version: int, definitions: dict, data_files,
+                       known: Optional[TableInfo], lower: int, upper: int) -> None:
         decode = decoder_for(self._protocol)
-        applied = self._applied.get((schema, table), lower)
-        for version in sorted(set(definitions) | set(files_by_version)):
-            if version > upper:
-                break
-            definition = definitions.get(version)
-            if definition is not None and definition.query:
-                if lower < version:
-                    self._downstream.write_ddl(_ddl_event(definition))
-            elif definition is not None and definition.columns and (schema, table, version) not in self._ensured:
-                # A query-less schema file carries the table's old version, and it appears when
-                # the table's first rows are flushed, often after the consumer checkpoint has
-                # passed that version: ensure the table once per process, unless a later DDL
-                # (already applied) has moved the table on.
-                if not any(version < later <= lower for later in definitions):
-                    self._create_from_columns(definition, known)
-                self._ensured.add((schema, table, version))
-            for data_file in files_by_version.get(version, ()):
-                info = table_info_from_definition(data_file.definition, known, data_file.columns)
-                text = read_bytes(self._fs, data_file.path).decode("utf-8")
-                rows: list[RowChange] = []
-                newest = applied
-                for change in decode(text, list(data_file.columns), self._sink):
-                    commit_ts = change.commit_ts
-                    if commit_ts is None:
-                        commit_ts = version  # csv without include-commit-ts: no range to filter on
-                    elif commit_ts <= applied or commit_ts > upper:
-                        continue  # applied already (or a replay), or past the storage checkpoint
-                    else:
-                        newest = max(newest, commit_ts)
-                    seq = rows[-1].seq + 1 if rows and rows[-1].commit_ts == commit_ts else 0
-                    before = tuple(change.before.get(n) for n in info.column_names) if change.before else None
-                    after = tuple(change.after.get(n) for n in info.column_names) if change.after else None
-                    op = change.op if not (change.op == "update" and before is None) else "insert"
-                    rows.append(RowChange(commit_ts, schema, table, op, before=before, after=after, seq=seq))
-                if rows:
-                    self._downstream.write_rows(info, rows)
-                applied = newest
+        applied = self._applied[(schema, table)]
+        definition = definitions.get(version)
+        if definition is not None and definition.query:
+            if lower < version:
+                self._downstream.write_ddl(_ddl_event(definition))
+        elif definition is not None and definition.columns and (schema, table, version) not in self._ensured:
+            # A query-less schema file carries the table's old version, and it appears when
+            # the table's first rows are flushed, often after the consumer checkpoint has
+            # passed that version: ensure the table once per process, unless a later DDL
+            # (already applied) has moved the table on.
+            if not any(version < later <= lower for later in definitions):
+                self._create_from_columns(definition, known)
+            self._ensured.add((schema, table, version))
+        if known is None and self._downstream_table is not None and any(
+                _needs_members(f.definition) for f in data_files):
+            # The table may exist only now (a RENAME's schema file has no column list): read it
+            # downstream after its DDL.
+            self._downstream.flush()
+            known = self._downstream_table(schema, table)
+        for data_file in data_files:
+            info = table_info_from_definition(data_file.definition, known, data_file.columns)
+            text = read_bytes(self._fs, data_file.path).decode("utf-8")
+            rows: list[RowChange] = []
+            newest = applied
+            for change in decode(text, list(data_file.columns), self._sink):
+                commit_ts = change.commit_ts
+                if commit_ts is None:
+                    commit_ts = version  # csv without include-commit-ts: no range to filter on
+                elif commit_ts <= applied or commit_ts > upper:
+                    continue  # applied already (or a replay), or past the storage checkpoint
+                else:
+                    newest = max(newest, commit_ts)
+                seq = rows[-1].seq + 1 if rows and rows[-1].commit_ts == commit_ts else 0
+                before = tuple(change.before.get(n) for n in info.column_names) if change.before else None
+                after = tuple(change.after.get(n) for n in info.column_names) if change.after else None
+                op = change.op if not (change.op == "update" and before is None) else "insert"
+                rows.append(RowChange(commit_ts, schema, table, op, before=before, after=after, seq=seq))
+            if rows:
+                self._downstream.write_rows(info, rows)
+            applied = newest
         self._applied[(schema, table)] = applied
 
 
