@@ -62,6 +62,7 @@ class ClusterMember:
         self.session_ttl = session_ttl
         self.tick = tick
         self.session: Optional[Session] = None
+        self._reported_lost_lease: Optional[int] = None
         self.election = OwnerElection(client, self.keys, capture_id)
         self._capture_revision = 0
         self._held: dict[tuple[str, str], _Held] = {}
@@ -176,8 +177,12 @@ class ClusterMember:
 
     def _processor_loop(self) -> None:
         if self.session is None or self.session.lost:
-            if self._runner.running():
-                log.error("capture %s: session lost; stopping its changefeeds", self.capture_id)
+            if self.session is not None and self.session.lease_id != self._reported_lost_lease:
+                # Said once per lost session, whether or not a changefeed was still running (one
+                # that failed on etcd meanwhile is already stopped).
+                self._reported_lost_lease = self.session.lease_id
+                log.error("capture %s: lease %x: this capture lost its session; stopping its changefeeds "
+                          "and registering again", self.capture_id, self.session.lease_id)
             self._stop_all_local()
             if self.session is not None:
                 self.session.close(revoke=False)
