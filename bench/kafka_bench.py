@@ -18,14 +18,13 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 sys.path.insert(0, os.path.dirname(__file__))
 
-from storage_bench import TABLE, prepare_rows  # noqa: E402
+from storage_bench import drive_sink, prepare_rows  # noqa: E402
 
 from sparkcdc.config.replica import ReplicaConfig  # noqa: E402
 from sparkcdc.model.events import RowChange  # noqa: E402
@@ -36,19 +35,7 @@ from sparkcdc.testing.schema_registry import SchemaRegistry  # noqa: E402
 
 def run_one(uri: str, transactions: list[list[RowChange]], flush_rows: int) -> dict:
     sink = KafkaSink(uri, ReplicaConfig())
-    rows = since_flush = 0
-    started = time.perf_counter()
-    cpu_started = time.process_time()
-    for transaction in transactions:
-        sink.write_rows(TABLE, transaction)
-        rows += len(transaction)
-        since_flush += len(transaction)
-        if since_flush >= flush_rows:
-            sink.write_checkpoint(transaction[-1].commit_ts)
-            since_flush = 0
-    sink.write_checkpoint(transactions[-1][-1].commit_ts)
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time() - cpu_started
+    rows, elapsed, cpu = drive_sink(sink, transactions, flush_rows)
     result = {"rows": rows, "seconds": elapsed, "cpu": cpu, "bytes": sink.sent_bytes, "messages": sink.sent_messages}
     sink.close()
     return result
