@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from sparkcdc.config.replica import ReplicaConfig  # noqa: E402
-from sparkcdc.model.events import RowChange  # noqa: E402
+from sparkcdc.model.events import RowChange, TableInfo  # noqa: E402
 from sparkcdc.model.tso import compose  # noqa: E402
 from sparkcdc.sink.mysql.sink import MySQLSink  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
@@ -72,7 +72,8 @@ def transactions(changes: int, seed: int = 7) -> list[list[RowChange]]:
     return out
 
 
-def run_once(server: MariaDBServer, workers: int, txns: list[list[RowChange]]) -> tuple[int, float]:
+def fresh_table(server: MariaDBServer) -> TableInfo:
+    """The benchmark table, dropped and created empty; its TableInfo as the sink sees it."""
     conn = server.connect()
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{SCHEMA}`")
@@ -80,6 +81,11 @@ def run_once(server: MariaDBServer, workers: int, txns: list[list[RowChange]]) -
         cur.execute(CREATE)
     info = read_table_info(conn, SCHEMA, TABLE, version=1, table_id=1)
     conn.close()
+    return info
+
+
+def run_once(server: MariaDBServer, workers: int, txns: list[list[RowChange]]) -> tuple[int, float]:
+    info = fresh_table(server)
     uri = f"mysql://root@127.0.0.1:{server.port}/?worker-count={workers}"
     rows = sum(len(t) for t in txns)
     with MySQLSink(uri, ReplicaConfig()) as sink:

@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import pyarrow as pa  # noqa: E402
 
-from mysql_apply_bench import CREATE, SCHEMA, TABLE, transactions  # noqa: E402
+from mysql_apply_bench import SCHEMA, TABLE, fresh_table, transactions  # noqa: E402
 from sparkcdc.config.replica import ConsistentConfig, ReplicaConfig  # noqa: E402
 from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
 from sparkcdc.pipeline.source import RANGE_MARKER  # noqa: E402
@@ -35,7 +35,6 @@ from sparkcdc.redo.storage import RedoStorage  # noqa: E402
 from sparkcdc.redo.writer import RedoWriter  # noqa: E402
 from sparkcdc.sink.mysql.sink import MySQLSink  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.upstream.schema_reader import read_table_info  # noqa: E402
 
 ARROW_SCHEMA = pa.schema([("commit_ts", pa.int64()), ("seq", pa.int64()), ("schema_name", pa.string()),
                           ("table_name", pa.string()), ("op", pa.string()), ("before", pa.list_(pa.string())),
@@ -70,13 +69,7 @@ def arrow_batches(txns, per_batch: int) -> list[pa.Table]:
 
 def run_once(server: MariaDBServer, workers: int, batches: list[pa.Table], redo_uri: str | None,
              compression: str) -> tuple[int, float, float]:
-    conn = server.connect()
-    with conn.cursor() as cur:
-        cur.execute(f"DROP DATABASE IF EXISTS `{SCHEMA}`")
-        cur.execute(f"CREATE DATABASE `{SCHEMA}`")
-        cur.execute(CREATE)
-    info = read_table_info(conn, SCHEMA, TABLE, version=1, table_id=1)
-    conn.close()
+    info = fresh_table(server)
     index = OneTableIndex(info)
     redo = None
     if redo_uri:
