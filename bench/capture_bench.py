@@ -133,6 +133,23 @@ def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int,
     return elapsed, cpu_used, sampler.peak
 
 
+def binlog_end(conn) -> tuple[str, int]:
+    """The upstream's current binlog file and position."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return file, pos
+
+
+def wait_indexed(index: TxnIndex, file: str, pos: int):
+    """Wait until the puller has indexed the binlog up to (file, pos); its last transaction."""
+    while True:
+        last = index.last_txn()
+        if last and (last.end.file, last.end.pos) == (file, pos):
+            return last
+        time.sleep(0.2)
+
+
 def anchor_schema_history(server: ServerProcess, start_ts: int, sink_dir: str) -> int:
     """Keeps schema versions from `start_ts` on across runs; returns the start-ts for timed runs.
 
@@ -185,14 +202,7 @@ def main() -> int:
         t0 = time.monotonic()
         rows = run_workload(conn, args.changes)
         print(f"workload: {rows} row changes in {time.monotonic() - t0:.1f}s")
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
-        while True:  # wait until the puller has indexed the whole workload
-            last = index.last_txn()
-            if last and (last.end.file, last.end.pos) == (file, pos):
-                break
-            time.sleep(0.2)
+        last = wait_indexed(index, *binlog_end(conn))  # the puller has indexed the whole workload
         end_ts = last.commit_ts
         start_ts = anchor_schema_history(server, start_ts, os.path.join(base, "anchor"))
 

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from capture_bench import (  # noqa: E402
-    PeakSampler, anchor_schema_history, output_rows, run_changefeed, run_workload, start_server, tree_usage,
+    PeakSampler, anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, run_workload, start_server, tree_usage,
 )
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
@@ -115,17 +115,10 @@ def main() -> int:
         t0 = time.monotonic()
         rows = run_workload(conn, args.changes)
         print(f"workload: {rows} row changes in {time.monotonic() - t0:.1f}s", flush=True)
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            file, pos = cur.fetchone()[:2]
+        file, pos = binlog_end(conn)
         end_ts = 0
         if index:
-            while True:
-                last = index.last_txn()
-                if last and (last.end.file, last.end.pos) == (file, pos):
-                    break
-                time.sleep(0.2)
-            end_ts = last.commit_ts
+            end_ts = wait_indexed(index, file, pos).commit_ts
             start_ts = anchor_schema_history(server, start_ts, os.path.join(base, "anchor"))
             server.stop()  # restarted for each sparkcdc run, so it does not run beside the peers
             server_stopped = True
