@@ -25,6 +25,7 @@ from sparkcdc.consumer.storage_reader import (
     open_storage,
     table_definitions,
     table_files,
+    table_members,
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import TableInfo
@@ -141,7 +142,9 @@ def load_table(spark, root_uri: str, schema: str, table: str, protocol: str = "c
     if as_of_ts is not None:
         cut_ts = min(cut_ts, as_of_ts)
     table_dir = posixpath.join(root, schema, table)
-    files = [f for f in table_files(fs, table_dir, protocol, table_info) if f.version <= cut_ts]
+    # A RENAME's schema file lists no enum/set members: they come from the old name's files.
+    members_before = lambda s, t, ts: table_members(fs, root, s, t, ts)  # noqa: E731
+    files = [f for f in table_files(fs, table_dir, protocol, table_info, members_before) if f.version <= cut_ts]
     definitions = {v: d for v, d in table_definitions(fs, table_dir).items() if v <= cut_ts}
     if not definitions:
         raise ErrStorageIO(f"no schema file for {schema}.{table} at or before ts {cut_ts} under "

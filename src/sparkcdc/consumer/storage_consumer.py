@@ -21,6 +21,7 @@ first rows.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -28,7 +29,8 @@ import posixpath
 import tempfile
 import threading
 import time
-from typing import Callable, Mapping, Optional, Protocol, Sequence
+from dataclasses import replace
+from typing import Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.consumer.storage_reader import (
@@ -36,10 +38,14 @@ from sparkcdc.consumer.storage_reader import (
     _checkpoint_ts,
     _list_dirs,
     decoder_for,
+    missing_members,
     open_storage,
     read_bytes,
+    renamed_from,
     table_definitions,
     table_files,
+    table_members,
+    with_members,
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
@@ -53,6 +59,7 @@ _ACTION_NAMES: dict[int, str] = {}
 for _name, _number in ACTION_TYPES.items():
     _ACTION_NAMES.setdefault(_number, _name)
 _DROP_DATABASE = ACTION_TYPES["drop database"]
+_DROP_TABLE = ACTION_TYPES["drop table"]
 _BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob")
 
 
@@ -305,6 +312,8 @@ class StorageConsumer:
         self._applied: dict[tuple[str, str], int] = {}  # newest commit-ts applied per table
         self._created_databases: set[str] = set()
         self._ensured: set[tuple[str, str, int]] = set()  # query-less schema files handled
+        # Commit-ts of the RENAMEs that moved each table away, this round.
+        self._renamed_away: dict[tuple[str, str], list[int]] = {}
 
     def storage_checkpoint(self) -> int:
         return _checkpoint_ts(self._fs, self._root)
@@ -320,15 +329,20 @@ class StorageConsumer:
             self._database_ddls(schema, lower, upper)
         # Every table's versions in one commit-ts order, so a DDL stored under one table (RENAME
         # lives in the new name's directory) runs after the rows and DDLs of older versions of
-        # the others (the old name's rows); within a table, versions stay in order.
-        steps = []
+        # the others (the old name's rows); within a table, versions stay in order. At one
+        # commit-ts every DDL (the parts of one multi-table RENAME) runs before any rows.
+        steps: list[_Step] = []
         for schema in schemas:
             schema_dir = posixpath.join(self._root, schema)
             for table in _list_dirs(self._fs, schema_dir):
                 if table != "meta":
                     steps += self._table_steps(schema, table, lower, upper)
-        for _, _, step in sorted(steps, key=lambda s: s[:2]):
-            step()
+        self._renamed_away = {}
+        for step in steps:
+            if step.source is not None:
+                self._renamed_away.setdefault(step.source, []).append(step.version)
+        for step in order_steps(steps):
+            step.run()
         self._downstream.flush()
         self._store.save(upper)
         self.checkpoint_ts = upper
@@ -368,57 +382,83 @@ class StorageConsumer:
             if definition.query and definition.type != _DROP_DATABASE:
                 self._downstream.write_ddl(_ddl_event(definition))
 
-    def _table_steps(self, schema: str, table: str, lower: int, upper: int) -> list:
-        """(version, (schema, table), apply) for each of the table's versions up to `upper`: the
-        version's DDL (or the table's creation from a query-less schema file), then its rows."""
-        table_dir = posixpath.join(self._root, schema, table)
-        definitions = table_definitions(self._fs, table_dir)
+    def _known_table(self, schema: str, table: str, definitions: Mapping[int, TableDefinition]) -> Optional[TableInfo]:
+        """What schema files lack: enum/set members (and a handle key) from `table_infos`, else,
+        for a table with query-less schema files (it existed before the changefeed), from the
+        table as it exists downstream now."""
         known = self._table_infos.get((schema, table))
         if known is None and self._downstream_table is not None and any(
                 _needs_members(d) for d in definitions.values()):
             known = self._downstream_table(schema, table)
+        return known
+
+    def _table_steps(self, schema: str, table: str, lower: int, upper: int) -> list["_Step"]:
+        """For each of the table's versions up to `upper`: a step for the version's DDL (or the
+        table's creation from a query-less schema file), one for its rows."""
+        table_dir = posixpath.join(self._root, schema, table)
+        definitions = table_definitions(self._fs, table_dir)
+        known = self._known_table(schema, table, definitions)
         files_by_version: dict[int, list] = {}
-        for data_file in table_files(self._fs, table_dir, self._protocol, known):
+        # A RENAME's schema file lists no enum/set members: they come from the old name's files.
+        members_before = lambda s, t, ts: table_members(self._fs, self._root, s, t, ts, self._known_table)  # noqa: E731
+        for data_file in table_files(self._fs, table_dir, self._protocol, known, members_before):
             files_by_version.setdefault(data_file.version, []).append(data_file)
         self._applied.setdefault((schema, table), lower)
-        return [(version, (schema, table),
-                 lambda version=version: self._apply_version(schema, table, version, definitions,
-                                                             files_by_version.get(version, ()), known, lower, upper))
-                for version in sorted(set(definitions) | set(files_by_version)) if version <= upper]
+        steps = []
+        for version in sorted(set(definitions) | set(files_by_version)):
+            if version > upper:
+                continue
+            definition = definitions.get(version)
+            if definition is not None:
+                steps.append(_Step(version, 0, (schema, table), renamed_from(definition),
+                                   lambda definition=definition: self._apply_definition(definition, definitions, known, lower),
+                                   definition.type == _DROP_TABLE))
+            if version in files_by_version:
+                steps.append(_Step(version, 1, (schema, table), None,
+                                   lambda version=version: self._apply_rows(schema, table, version,
+                                                                            files_by_version[version], known, upper)))
+        return steps
 
-    def _apply_version(self, schema: str, table: str, version: int, definitions: dict, data_files,
-                       known: Optional[TableInfo], lower: int, upper: int) -> None:
-        decode = decoder_for(self._protocol)
-        applied = self._applied[(schema, table)]
-        definition = definitions.get(version)
-        if definition is not None and definition.query:
+    def _apply_definition(self, definition: TableDefinition, definitions: Mapping[int, TableDefinition],
+                          known: Optional[TableInfo], lower: int) -> None:
+        """A schema file's DDL if it is newer than the consumer checkpoint; a query-less one
+        creates its table."""
+        schema, table, version = definition.schema, definition.table, definition.table_version
+        if definition.query:
             if lower < version:
                 self._downstream.write_ddl(_ddl_event(definition))
-        elif definition is not None and definition.columns and (schema, table, version) not in self._ensured:
+        elif definition.columns and (schema, table, version) not in self._ensured:
             # A query-less schema file carries the table's old version, and it appears when
             # the table's first rows are flushed, often after the consumer checkpoint has
             # passed that version: ensure the table once per process, unless a later DDL
-            # (already applied) has moved the table on.
-            if not any(version < later <= lower for later in definitions):
+            # (already applied) has moved the table on or renamed it away.
+            later_ddls = list(definitions) + self._renamed_away.get((schema, table), [])
+            if not any(version < later <= lower for later in later_ddls):
                 self._create_from_columns(definition, known)
             self._ensured.add((schema, table, version))
-        if known is None and self._downstream_table is not None and any(
-                _needs_members(f.definition) for f in data_files):
-            # The table may exist only now (a RENAME's schema file has no column list): read it
-            # downstream after its DDL.
+
+    def _apply_rows(self, schema: str, table: str, version: int, data_files,
+                    known: Optional[TableInfo], upper: int) -> None:
+        """The rows of one table version's data files in (applied commit-ts, upper]."""
+        decode = decoder_for(self._protocol)
+        applied = self._applied[(schema, table)]
+        if self._downstream_table is not None and any(missing_members(f.columns) for f in data_files):
+            # Members storage does not give (the old name of a renamed table existed before the
+            # changefeed and is gone downstream): read the table downstream, after its DDL ran.
             self._downstream.flush()
-            known = self._downstream_table(schema, table)
+            downstream = self._downstream_table(schema, table)
+            data_files = [replace(f, columns=with_members(f.columns, downstream)) for f in data_files]
         for data_file in data_files:
             info = table_info_from_definition(data_file.definition, known, data_file.columns)
             text = read_bytes(self._fs, data_file.path).decode("utf-8")
             rows: list[RowChange] = []
             newest = applied
-            for change in decode(text, list(data_file.columns), self._sink):
+            # Rows applied already (or replays), or past the storage checkpoint, are dropped.
+            keep = lambda ts, applied=applied: applied < ts <= upper  # noqa: E731
+            for change in _decoded(decode(text, list(data_file.columns), self._sink, keep), data_file.path):
                 commit_ts = change.commit_ts
                 if commit_ts is None:
                     commit_ts = version  # csv without include-commit-ts: no range to filter on
-                elif commit_ts <= applied or commit_ts > upper:
-                    continue  # applied already (or a replay), or past the storage checkpoint
                 else:
                     newest = max(newest, commit_ts)
                 seq = rows[-1].seq + 1 if rows and rows[-1].commit_ts == commit_ts else 0
@@ -430,6 +470,105 @@ class StorageConsumer:
                 self._downstream.write_rows(info, rows)
             applied = newest
         self._applied[(schema, table)] = applied
+
+
+class _Step(NamedTuple):
+    """One thing a round does: a table version's DDL (phase 0) or its rows (phase 1)."""
+
+    version: int
+    phase: int
+    table: tuple[str, str]
+    source: Optional[tuple[str, str]]  # the old name, for a RENAME
+    run: Callable[[], None]
+    drops: bool = False  # a DROP TABLE
+
+
+def order_steps(steps: Sequence[_Step]) -> list[_Step]:
+    """Steps by commit-ts, DDLs before rows; DDLs of one commit-ts in `_rename_order`."""
+    ordered: list[_Step] = []
+    pending = sorted(steps, key=lambda s: (s.version, s.phase, s.table))
+    history = _table_history(steps)
+    while pending:
+        head = pending[0]
+        group = [s for s in pending if (s.version, s.phase) == (head.version, head.phase)]
+        pending = pending[len(group):]
+        ordered += _rename_order(group, history) if head.phase == 0 else group
+    return ordered
+
+
+_MAX_RENAMES_TO_ORDER = 7
+_History = dict[tuple[str, str], list[tuple[int, bool]]]
+
+
+def _table_history(steps: Sequence[_Step]) -> _History:
+    """(commit-ts, the DDL made the name exist) for every DDL that made a name exist (a schema
+    file in its directory) or not (DROP TABLE, a RENAME away)."""
+    history: _History = {}
+    for step in steps:
+        if step.phase == 0:
+            history.setdefault(step.table, []).append((step.version, not step.drops))
+            if step.source is not None:
+                history.setdefault(step.source, []).append((step.version, False))
+    return history
+
+
+def _existed_before(history: _History, name: tuple[str, str], version: int) -> Optional[bool]:
+    """Whether `name` existed just before commit-ts `version`, as far as storage tells (None: no
+    DDL of it before). A name made and unmade at one commit-ts (a swap's temporary, or a swapped
+    table) ends that statement as it began."""
+    state: Optional[bool] = None
+    events = sorted(e for e in history.get(name, ()) if e[0] < version)
+    for at in sorted({v for v, _ in events}):
+        kinds = {made for v, made in events if v == at}
+        if len(kinds) == 1:
+            state = kinds.pop()
+    return state
+
+
+def _rename_order(ddls: list[_Step], history: _History) -> list[_Step]:
+    """DDLs of one commit-ts are the parts of one statement (`RENAME TABLE a TO b, c TO a`, or a
+    swap `a TO tmp, b TO a, tmp TO b`), stored in separate directories without their order.
+    Renames go in an order that is a valid sequence (each source exists, each target does not)
+    given which names existed before, as far as their DDLs tell; else the order that has the
+    most names exist before the statement (a swap's temporary name is new)."""
+    renames = [s for s in ddls if s.source is not None]
+    others = [s for s in ddls if s.source is None]
+    if len(renames) < 2 or len(renames) > _MAX_RENAMES_TO_ORDER:
+        return others + renames
+    version = renames[0].version
+    known = {name: _existed_before(history, name, version)
+             for step in renames for name in (step.table, step.source)}
+    best, best_existing = renames, -1
+    for order in itertools.permutations(renames):
+        existing = _names_existing_before(order, known)
+        if existing is not None and existing > best_existing:
+            best, best_existing = list(order), existing
+    return others + best
+
+
+def _names_existing_before(renames: Sequence[_Step], known: Mapping[tuple[str, str], Optional[bool]]) -> Optional[int]:
+    """How many names must exist before `renames` run in this order, or None if the order is not
+    a valid sequence of renames given what is `known` to have existed."""
+    exists: dict[tuple[str, str], bool] = {}
+    initially: dict[tuple[str, str], bool] = {}
+    for step in renames:
+        for name, needed in ((step.source, True), (step.table, False)):
+            if name not in exists:
+                if known.get(name) not in (None, needed):
+                    return None
+                exists[name] = initially[name] = needed
+        if not exists[step.source] or exists[step.table]:
+            return None
+        exists[step.source], exists[step.table] = False, True
+    return sum(initially.values())
+
+
+def _decoded(changes, path: str):
+    """`changes`, with the data file named in a decoding error."""
+    try:
+        yield from changes
+    except ErrStorageIO as exc:
+        raise ErrStorageIO(f"{path}: {exc}") from exc
 
 
 def run_consumer(consumer: StorageConsumer, interval_seconds: float, once: bool = False,

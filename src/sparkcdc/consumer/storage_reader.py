@@ -16,19 +16,25 @@ import base64
 import json
 import posixpath
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrStorageIO
 from sparkcdc.model.events import TableInfo
 from sparkcdc.model.tso import LOGICAL_BITS
+from sparkcdc.schema.parser import DDLParseError, parse
 from sparkcdc.sink.storage.location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import TableDefinition
 
 Row = dict[str, Optional[str]]
 Tables = dict[tuple[str, str], dict[tuple, Row]]
+Members = Mapping[str, tuple[str, ...]]  # enum/set members by column name
+# (schema, table, commit-ts) -> members of that table just before the commit-ts
+MembersBefore = Callable[[str, str, int], Members]
+# (schema, table, its schema files) -> what the caller knows of the table (members, handle key)
+KnownTable = Callable[[str, str, Mapping[int, TableDefinition]], Optional[TableInfo]]
 
 _SCHEMA_FILE = re.compile(r"^schema_(\d+)_(\d{10})\.json$")
 _EXTENSIONS = {"canal-json": "json", "csv": "csv"}
@@ -94,7 +100,7 @@ def _elements_from_query(query: str, column: str) -> tuple[str, ...]:
 
 
 def _columns(definition: TableDefinition, known: Optional[TableInfo],
-             inherited: Optional[Mapping[str, tuple[str, ...]]] = None) -> list[_Column]:
+             inherited: Optional[Members] = None) -> list[_Column]:
     """Columns of one schema file. Enum/set members: from `known`, else this version's DDL,
     else an earlier version's (`inherited`: an ALTER that adds another column does not
     repeat the members of the columns it leaves alone)."""
@@ -110,6 +116,97 @@ def _columns(definition: TableDefinition, known: Optional[TableInfo],
                         or inherited.get(name, ()))
         result.append(_Column(name, column_type, raw.get("ColumnIsPk") == "true", elements))
     return result
+
+
+def _parsed_query(definition: TableDefinition):
+    if not definition.query or not definition.table or not re.match(
+            r"\s*(RENAME|ALTER|CREATE)\b", definition.query, re.IGNORECASE):
+        return None
+    try:
+        return parse(definition.query, definition.schema)
+    except (DDLParseError, ValueError):
+        return None
+
+
+def renamed_from(definition: TableDefinition) -> Optional[tuple[str, str]]:
+    """The old name of the table a `RENAME TABLE` (or `ALTER TABLE ... RENAME TO`) schema file
+    is about. Unqualified names are in the schema file's database, where the consumer runs the
+    query."""
+    parsed = _parsed_query(definition)
+    if parsed is not None and (parsed.kind == "rename table"
+                               or (parsed.kind == "alter table" and len(parsed.tables) == 2)):
+        for old, new in parsed.rename_pairs:
+            if (new.schema, new.table) == (definition.schema, definition.table):
+                return old.schema, old.table
+    return None
+
+
+def source_table(definition: TableDefinition) -> Optional[tuple[str, str]]:
+    """The table this schema file's table was made from by its DDL: the old name of a RENAME,
+    the table of `CREATE TABLE ... LIKE`. Their schema files list no enum/set members (TiCDC's
+    TableCol has none) and their queries name no types."""
+    parsed = _parsed_query(definition)
+    if parsed is not None and parsed.like is not None:
+        return parsed.like.schema, parsed.like.table
+    return renamed_from(definition)
+
+
+def _columns_by_version(definitions: Mapping[int, TableDefinition], known: Optional[TableInfo],
+                        members_before: Optional[MembersBefore]) -> dict[int, tuple[_Column, ...]]:
+    """Columns of each schema file, enum/set members carried from version to version (oldest
+    first) and taken over from the source table at a RENAME or CREATE ... LIKE."""
+    result: dict[int, tuple[_Column, ...]] = {}
+    members: Members = {}
+    for version in sorted(definitions):
+        definition = definitions[version]
+        source = source_table(definition) if members_before is not None else None
+        if source is not None:
+            members = members_before(source[0], source[1], version)
+        result[version] = tuple(_columns(definition, known, members))
+        members = {c.name: c.elements for c in result[version] if c.elements}
+    return result
+
+
+def table_members(fs, root: str, schema: str, table: str, before: int,
+                  known_table: Optional[KnownTable] = None) -> dict[str, tuple[str, ...]]:
+    """Enum/set members of `schema.table` just before commit-ts `before`, from its schema files
+    under `root` (following its own renames back); `known_table` supplies what query-less schema
+    files lack."""
+    return _members_before(fs, root, schema, table, before, known_table, frozenset())
+
+
+def _members_before(fs, root: str, schema: str, table: str, before: int,
+                    known_table: Optional[KnownTable], visiting: frozenset) -> dict[str, tuple[str, ...]]:
+    if (schema, table, before) in visiting:
+        return {}  # a cycle of renames at one commit-ts; no order to follow
+    definitions = _schema_definitions(fs, posixpath.join(root, schema, table))
+    # The newest version before the DDL; a table that exists only since this commit-ts was made
+    # by an earlier part of the same statement (RENAME a TO tmp, b TO a, tmp TO b).
+    earlier = [v for v in definitions if v < before] or [v for v in definitions if v == before]
+    if not earlier:
+        return {}
+    upto = max(earlier)
+    definitions = {v: d for v, d in definitions.items() if v <= upto}
+    visiting = visiting | {(schema, table, before)}
+    known = known_table(schema, table, definitions) if known_table is not None else None
+    columns = _columns_by_version(
+        definitions, known,
+        lambda s, t, v: _members_before(fs, root, s, t, v, known_table, visiting))[upto]
+    return {c.name: c.elements for c in columns if c.elements}
+
+
+def with_members(columns: tuple[_Column, ...], known: Optional[TableInfo]) -> tuple[_Column, ...]:
+    """`columns` with the enum/set members they lack taken from `known` (a table definition
+    read elsewhere, e.g. downstream)."""
+    if known is None:
+        return columns
+    elements = {c.name: c.elements for c in known.columns}
+    return tuple(replace(c, elements=elements.get(c.name, ())) if c.base in ("ENUM", "SET") and not c.elements
+                 else c for c in columns)
+
+
+def missing_members(columns: tuple[_Column, ...]) -> bool:
+    return any(c.base in ("ENUM", "SET") and not c.elements for c in columns)
 
 
 # -- value conversion -------------------------------------------------------------------
@@ -136,7 +233,10 @@ def _canal_value(column: _Column, text: Optional[str]) -> Optional[str]:
         return None
     if column.base in ("ENUM", "SET") and not column.elements and text != "0":
         raise ErrStorageIO(
-            f"column {column.name} is {column.base} but its members are unknown; pass table_infos"
+            f"column {column.name} is {column.base} but its members are unknown: no schema file or "
+            "DDL query of the table (or of the table it was renamed from) lists them; pass table_infos, "
+            "or for `sparkcdc consumer storage` create the table downstream with the upstream's "
+            "definition (SHOW CREATE TABLE) and restart the consumer"
         )
     if column.base == "ENUM":
         index = int(text)
@@ -185,7 +285,8 @@ def _csv_records(text: str, csv, terminator: str) -> Iterator[list[Optional[str]
         yield fields
 
 
-def _decode_csv(text: str, columns: list[_Column], sink: SinkConfig) -> Iterator[_Change]:
+def _decode_csv(text: str, columns: list[_Column], sink: SinkConfig,
+                keep: Optional[Callable[[int], bool]] = None) -> Iterator[_Change]:
     csv = sink.csv
     records = list(_csv_records(text, csv, sink.terminator))
     if csv.output_field_header and records and records[0] and records[0][0] == "ticdc-meta$operation":
@@ -195,6 +296,8 @@ def _decode_csv(text: str, columns: list[_Column], sink: SinkConfig) -> Iterator
     for record in records:
         op = record[0]
         commit_ts = int(record[3]) if csv.include_commit_ts else None
+        if keep is not None and commit_ts is not None and not keep(commit_ts):
+            continue
         is_update = csv.output_old_value and record[3 + csv.include_commit_ts] == "true"
         values = {
             c.name: _csv_value(c, v, csv) for c, v in zip(columns, record[meta:])
@@ -217,7 +320,8 @@ def _decode_csv(text: str, columns: list[_Column], sink: SinkConfig) -> Iterator
             raise ErrStorageIO(f"unknown CSV operation {op!r}")
 
 
-def _decode_canal_json(text: str, columns: list[_Column], sink: SinkConfig) -> Iterator[_Change]:
+def _decode_canal_json(text: str, columns: list[_Column], sink: SinkConfig,
+                       keep: Optional[Callable[[int], bool]] = None) -> Iterator[_Change]:
     by_name = {c.name: c for c in columns}
 
     def convert(image: Optional[dict]) -> Optional[Row]:
@@ -235,6 +339,8 @@ def _decode_canal_json(text: str, columns: list[_Column], sink: SinkConfig) -> I
         commit_ts = extension.get("commitTs")
         if commit_ts is None and "es" in message:
             commit_ts = int(message["es"]) << LOGICAL_BITS  # only millisecond precision
+        if keep is not None and commit_ts is not None and not keep(commit_ts):
+            continue  # not converted: an applied row needs no enum members
         data = convert((message.get("data") or [None])[0])
         old = convert((message.get("old") or [None])[0])
         kind = message["type"]
@@ -300,24 +406,23 @@ class TableFile:
 
 
 def decoder_for(protocol: str):
-    """decode(text, columns, sink) -> changes, for canal-json or csv."""
+    """decode(text, columns, sink[, keep]) -> changes, for canal-json or csv; `keep(commit_ts)`
+    drops rows before their values are converted."""
     if protocol not in _EXTENSIONS:
         raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
     return _decode_csv if protocol == "csv" else _decode_canal_json
 
 
-def table_files(fs, table_dir: str, protocol: str, known: Optional[TableInfo] = None) -> list[TableFile]:
-    """Data files of one table, table versions in order and files in index order within each."""
+def table_files(fs, table_dir: str, protocol: str, known: Optional[TableInfo] = None,
+                members_before: Optional[MembersBefore] = None) -> list[TableFile]:
+    """Data files of one table, table versions in order and files in index order within each.
+    `members_before(schema, table, ts)` gives the enum/set members of a table a RENAME (or
+    CREATE ... LIKE) made this one from (`table_members`)."""
     extension = _EXTENSIONS.get(protocol)
     if extension is None:
         raise ErrSinkUnknownProtocol(f"cannot read protocol {protocol!r}; use canal-json or csv")
     definitions = _schema_definitions(fs, table_dir)
-    # Enum/set members carried from version to version, oldest first.
-    columns_by_version: dict[int, tuple[_Column, ...]] = {}
-    members: dict[str, tuple[str, ...]] = {}
-    for version in sorted(definitions):
-        columns_by_version[version] = tuple(_columns(definitions[version], known, members))
-        members = {c.name: c.elements for c in columns_by_version[version] if c.elements}
+    columns_by_version = _columns_by_version(definitions, known, members_before)
     versions = sorted(int(v) for v in _list_dirs(fs, table_dir) if v.isdigit())
     result = []
     for version in versions:
@@ -348,7 +453,9 @@ def rebuild_tables(
     if earlier).
 
     `table_infos` optionally supplies what schema files lack: enum/set members (else parsed
-    from the DDL query) and a non-PK handle key (else the PK, else all columns).
+    from the DDL query, or taken from the table a RENAME came from) and a non-PK handle key
+    (else the PK, else all columns). Rows stay under the table directory they were written
+    to: DDLs are not replayed (a renamed table's older rows are under its old name).
     """
     decode = decoder_for(protocol)
     sink = sink or SinkConfig(protocol=protocol)
@@ -357,6 +464,8 @@ def rebuild_tables(
     if as_of_ts is not None:
         checkpoint = min(checkpoint, as_of_ts)
     table_infos = table_infos or {}
+    known_table: KnownTable = lambda schema, table, _definitions: table_infos.get((schema, table))
+    members_before: MembersBefore = lambda schema, table, ts: table_members(fs, root, schema, table, ts, known_table)
     result: Tables = {}
     for schema in _list_dirs(fs, root):
         schema_dir = posixpath.join(root, schema)
@@ -366,14 +475,14 @@ def rebuild_tables(
             rows = result.setdefault((schema, table), {})
             applied_upto = -1  # commit-ts of the newest transaction already applied
             known = table_infos.get((schema, table))
-            for data_file in table_files(fs, posixpath.join(schema_dir, table), protocol, known):
+            for data_file in table_files(fs, posixpath.join(schema_dir, table), protocol, known, members_before):
                 text = read_bytes(fs, data_file.path).decode("utf-8")
                 newest = applied_upto
-                for change in decode(text, list(data_file.columns), sink):
+                # Rows not yet checkpointed, or replays, are dropped.
+                keep = lambda ts, upto=applied_upto: upto < ts <= checkpoint  # noqa: E731
+                for change in decode(text, list(data_file.columns), sink, keep):
                     ts = change.commit_ts
                     if ts is not None:
-                        if ts > checkpoint or ts <= applied_upto:
-                            continue  # not yet checkpointed, or a replay
                         newest = max(newest, ts)
                     _apply(rows, change, data_file.key_columns)
                 applied_upto = newest

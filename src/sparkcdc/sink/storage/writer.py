@@ -22,7 +22,7 @@ import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
@@ -159,6 +159,11 @@ class StorageSink:
         """Write the schema file of the table version (or database) the DDL creates."""
         output_ids = self.sink.cloud_storage_config.output_column_id
         info = ddl.table_info or ddl.pre_table_info
+        if ddl.table and info is not None and (info.schema, info.table) != (ddl.schema, ddl.table):
+            # A part of `RENAME TABLE a TO tmp, b TO a, tmp TO b`: `tmp` is gone when the statement
+            # ends, so only a's old definition is known; its schema file still belongs under the
+            # new name (TiCDC's TableInfo of each part carries the new name).
+            info = replace(info, schema=ddl.schema, table=ddl.table)
         if ddl.table and info is not None:
             definition = TableDefinition.from_table_info(
                 info, ddl.commit_ts, ddl.query, TableDefinition.from_ddl(ddl).type, output_ids
