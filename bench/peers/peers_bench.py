@@ -1,10 +1,14 @@
 """Peers benchmark: sparkcdc next to Debezium and mysql-replication on one prepared binlog.
 
     .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3]
+        [--workload sysbench|single-row|wide|tables1000]
         [--tools debezium,flink-cdc,mysql-replication,sparkcdc]
 
-A private MariaDB gets the sysbench-shaped workload of bench/capture_bench.py (60% inserts in
-100-row transactions, 30% updates, 10% deletes). Then, per round and in turn, each tool reads the
+A private MariaDB gets one workload of bench/peers/workloads.py: sysbench-shaped rows (60% inserts
+in 100-row transactions, 30% updates, 10% deletes; bench/capture_bench.py's), the same as
+single-row autocommit transactions, the same mix on the 36-column mixed-type table, or spread over
+1,000 tables. The tables are created first (sparkcdc's start position is after those DDLs; the
+peers read them from the binlog's start). Then, per round and in turn, each tool reads the
 whole binlog from its start (catch-up mode):
   debezium           Debezium 3.5 embedded engine + MariaDB connector (bench/peers/java/debezium),
                      every record to schemaless JSON, counted; no Kafka;
@@ -34,8 +38,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from capture_bench import (  # noqa: E402
-    PeakSampler, anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, run_workload, start_server, tree_usage,
+    PeakSampler, anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, start_server, tree_usage,
 )
+import workloads  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
@@ -93,6 +98,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workload", default="sysbench", choices=list(workloads.WORKLOADS))
     parser.add_argument("--tools", default=",".join(TOOLS), help="comma-separated: " + ", ".join(TOOLS))
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -106,15 +112,20 @@ def main() -> int:
     server_stopped = False
     try:
         print(f"load average before: {os.getloadavg()}", flush=True)
+        workload = workloads.WORKLOADS[args.workload]
         conn = mariadb.connect()
-        with conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            first_file, first_pos = cur.fetchone()[:2]
+        first_file, first_pos = binlog_end(conn)
         index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite")) if server else None
-        start_ts = index.resolved_ts() if index else 0
         t0 = time.monotonic()
-        rows = run_workload(conn, args.changes)
-        print(f"workload: {rows} row changes in {time.monotonic() - t0:.1f}s", flush=True)
+        workloads.setup(conn, workload.name)
+        start_ts = wait_indexed(index, *binlog_end(conn)).commit_ts if index else 0
+        while index and index.resolved_ts() <= start_ts + 1:
+            # anchor_schema_history holds start_ts + 1: no workload transaction may get that ts.
+            time.sleep(0.2)
+        print(f"setup ({workload.name}): {time.monotonic() - t0:.1f}s", flush=True)
+        t0 = time.monotonic()
+        rows = workloads.write(conn, workload.name, args.changes)
+        print(f"workload {workload.name}: {rows} row changes in {time.monotonic() - t0:.1f}s", flush=True)
         file, pos = binlog_end(conn)
         end_ts = 0
         if index:
@@ -133,7 +144,7 @@ def main() -> int:
                     elapsed, cpu, peak, detail = run_measured(command, rows, work_dir, tool)
                 elif tool == "flink-cdc":
                     command = ["java", "-Xmx512m", "-cp", classpaths[tool], "io.sparkcdc.bench.FlinkCdcBench",
-                               "127.0.0.1", str(mariadb.port), str(rows), "sbtest", "sbtest1"]
+                               "127.0.0.1", str(mariadb.port), str(rows), workloads.DATABASE, workload.table_regex]
                     elapsed, cpu, peak, detail = run_measured(command, rows, work_dir, tool)
                 elif tool == "mysql-replication":
                     script = PLAIN_MYSQL_REPLICATION.format(bench=os.path.join(HERE, ".."), port=mariadb.port, first=first_file,
@@ -156,7 +167,7 @@ def main() -> int:
                       f"peak RSS {peak / 2**20:,.0f} MiB; {detail}", flush=True)
         print(f"load average after: {os.getloadavg()}")
 
-        print(f"\nmedian of {args.rounds} round(s), {rows} row changes (sysbench, 100-row transactions):")
+        print(f"\nmedian of {args.rounds} round(s), {rows} row changes ({workload.description}):")
         print(f"{'tool':<20}{'rows/s':>10}{'CPU s':>8}{'peak RSS MiB':>14}")
         rates = {}
         for tool in tools:
