@@ -6,6 +6,11 @@
 //! compiled once per table version in Python (`sparkcdc.upstream.native_decode`) from the
 //! TABLE_MAP column metadata and the schema store's `TableInfo`; per row the decoder only reads
 //! bytes and creates the value strings, with no intermediate Python objects.
+//!
+//! `ChangeBatchBuilder` is the columnar form of the same decoding: it appends the row changes of
+//! many events to Arrow buffers (the `before`/`after` `list<string>` columns, commit-ts, seq, op
+//! and a table code per row) without creating a Python object per value, and hands the buffers
+//! to Python, which wraps them as a `pyarrow.RecordBatch` (`sparkcdc.upstream.range_reader`).
 
 use std::ffi::{c_char, CString};
 use std::fmt::Write as _;
@@ -13,7 +18,7 @@ use std::fmt::Write as _;
 use pyo3::exceptions::PyValueError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::types::{PyBytes, PyString, PyTuple};
 
 const WRITE_ROWS_V1: u8 = 23;
 const UPDATE_ROWS_V1: u8 = 24;
@@ -37,7 +42,7 @@ enum Kind {
     Timestamp { fsp: usize },
     Time { fsp: usize },
     Year,
-    Enum { size: usize, elements: Vec<Py<PyString>> },
+    Enum { size: usize, elements: Vec<Py<PyString>>, texts: Vec<String> },
     Set { size: usize, elements: Vec<String> },
     /// A character string: UTF-8 (fast path) or another Python codec with its error handler.
     Text { length_size: usize, utf8: bool, encoding: CString, errors: CString },
@@ -72,6 +77,7 @@ impl Kind {
             "enum" => Kind::Enum {
                 size: check_size(a)?,
                 elements: spec.3.iter().map(|e| PyString::new(py, e).unbind()).collect(),
+                texts: spec.3.clone(),
             },
             "set" => Kind::Set { size: check_size(a)?, elements: spec.3.clone() },
             "text" => {
@@ -368,7 +374,7 @@ impl RowLayout {
                     let _ = write!(out, "{:04}", 1900 + raw as u32);
                 }
             }
-            Kind::Enum { size, elements } => {
+            Kind::Enum { size, elements, .. } => {
                 let index = cur.uint_le(*size)? as usize;
                 if index == 0 {
                     return Ok(Value::Text); // the invalid value '' (out is empty)
@@ -470,6 +476,441 @@ impl RowLayout {
     }
 }
 
+/// A rows event body split into its parts: the column bitmaps and a cursor at the first row.
+struct EventBody<'a> {
+    is_update: bool,
+    op: u8,
+    present_before: &'a [u8],
+    present_after: &'a [u8],
+    rows: Cursor<'a>,
+}
+
+const OP_INSERT: u8 = 0;
+const OP_UPDATE: u8 = 1;
+const OP_DELETE: u8 = 2;
+
+impl RowLayout {
+    /// Checks the event type and the post-header, and reads the column count and bitmaps.
+    fn body<'a>(
+        &self,
+        event_type: u8,
+        data: &'a [u8],
+        start: usize,
+        end: Option<usize>,
+        post_header_extra: usize,
+    ) -> PyResult<EventBody<'a>> {
+        let end = end.unwrap_or(data.len());
+        if start > end || end > data.len() {
+            return Err(self.error(format!("body range {start}..{end} is outside the {} bytes given", data.len())));
+        }
+        let mut cur = Cursor { data: &data[start..end], pos: 0 };
+        let (op, post_header_v2) = match event_type {
+            WRITE_ROWS_V1 => (OP_INSERT, false),
+            DELETE_ROWS_V1 => (OP_DELETE, false),
+            UPDATE_ROWS_V1 => (OP_UPDATE, false),
+            WRITE_ROWS_V2 => (OP_INSERT, true),
+            DELETE_ROWS_V2 => (OP_DELETE, true),
+            UPDATE_ROWS_V2 => (OP_UPDATE, true),
+            other => return Err(self.error(format!("event type {other} is not a WRITE/UPDATE/DELETE_ROWS event"))),
+        };
+        let is_update = op == OP_UPDATE;
+        cur.take(6 + 2).map_err(|e| self.error(e))?; // table id, flags
+        let extra_data = if post_header_v2 { cur.uint_le(2).map_err(|e| self.error(e))? as usize } else { 0 };
+        cur.take(post_header_extra + extra_data.saturating_sub(2)).map_err(|e| self.error(e))?;
+        let columns = cur.length_encoded().map_err(|e| self.error(e))? as usize;
+        if columns != self.kinds.len() {
+            return Err(self.error(format!(
+                "the event has {columns} columns but the layout {}; the table changed outside a recorded DDL",
+                self.kinds.len()
+            )));
+        }
+        let bitmap_len = columns.div_ceil(8);
+        let present_before = cur.take(bitmap_len).map_err(|e| self.error(e))?;
+        let present_after = if is_update { cur.take(bitmap_len).map_err(|e| self.error(e))? } else { present_before };
+        Ok(EventBody { is_update, op, present_before, present_after, rows: cur })
+    }
+
+    /// Reads one present, non-NULL value as canonical UTF-8 text into `out`, creating no Python
+    /// object (except to run a non-UTF-8 Python codec, whose result is copied out as UTF-8).
+    fn read_text(&self, py: Python<'_>, kind: &Kind, cur: &mut Cursor, out: &mut String) -> Result<(), String> {
+        match kind {
+            Kind::Enum { size, texts, .. } => {
+                let index = cur.uint_le(*size)? as usize;
+                if index > 0 {
+                    let element = texts
+                        .get(index - 1)
+                        .ok_or_else(|| format!("enum index {index} is past the {} members", texts.len()))?;
+                    out.push_str(element);
+                }
+            }
+            Kind::Text { length_size, utf8, encoding, errors } => {
+                let length = cur.uint_le(*length_size)? as usize;
+                let bytes = cur.take(length)?;
+                if *utf8 {
+                    match std::str::from_utf8(bytes) {
+                        Ok(text) => out.push_str(text),
+                        Err(_) => {
+                            // Let Python build the same UnicodeDecodeError the tuple path raises.
+                            let object = unsafe {
+                                ffi::PyUnicode_DecodeUTF8(bytes.as_ptr() as *const c_char, length as isize, c"strict".as_ptr())
+                            };
+                            if !object.is_null() {
+                                unsafe { ffi::Py_DECREF(object) };
+                                return Err("invalid UTF-8 in a text value".into());
+                            }
+                            return Err(String::new());
+                        }
+                    }
+                } else {
+                    let object = unsafe {
+                        ffi::PyUnicode_Decode(bytes.as_ptr() as *const c_char, length as isize, encoding.as_ptr(), errors.as_ptr())
+                    };
+                    if object.is_null() {
+                        return Err(String::new());
+                    }
+                    let mut size: ffi::Py_ssize_t = 0;
+                    let utf8_text = unsafe { ffi::PyUnicode_AsUTF8AndSize(object, &mut size) };
+                    if utf8_text.is_null() {
+                        unsafe { ffi::Py_DECREF(object) };
+                        return Err(String::new());
+                    }
+                    let text = unsafe { std::slice::from_raw_parts(utf8_text as *const u8, size as usize) };
+                    // PyUnicode_AsUTF8AndSize only returns valid UTF-8.
+                    out.push_str(unsafe { std::str::from_utf8_unchecked(text) });
+                    unsafe { ffi::Py_DECREF(object) };
+                }
+            }
+            Kind::Bytes { length_size, pad_to } => {
+                let length = cur.uint_le(*length_size)? as usize;
+                let bytes = cur.take(length)?;
+                // ISO-8859-1: each byte is the code point of the same value.
+                out.extend(bytes.iter().map(|&b| b as char));
+                for _ in length..*pad_to {
+                    out.push('\0');
+                }
+            }
+            _ => match self.read_value(py, kind, cur, out)? {
+                Value::Text => {}
+                Value::Object(object) => {
+                    unsafe { ffi::Py_DECREF(object) };
+                    return Err("internal error: a value kind without a text form".into());
+                }
+            },
+        }
+        Ok(())
+    }
+
+    /// Appends one row image to `column` as a list of values.
+    fn append_image(
+        &self,
+        py: Python<'_>,
+        cur: &mut Cursor,
+        present: &[u8],
+        out: &mut String,
+        column: &mut ImageColumn,
+    ) -> PyResult<()> {
+        let present_count = (0..self.kinds.len()).filter(|&i| bit_set(present, i)).count();
+        let nulls = cur.take(present_count.div_ceil(8)).map_err(|e| self.error(e))?;
+        let mut null_index = 0;
+        for (i, kind) in self.kinds.iter().enumerate() {
+            if !bit_set(present, i) {
+                column.push_null_value();
+                continue;
+            }
+            let is_null = bit_set(nulls, null_index);
+            null_index += 1;
+            if is_null {
+                column.push_null_value();
+                continue;
+            }
+            out.clear();
+            if let Err(message) = self.read_text(py, kind, cur, out) {
+                return Err(PyErr::take(py).unwrap_or_else(|| self.error(message)));
+            }
+            column.push_value(out.as_bytes());
+        }
+        column.end_list();
+        Ok(())
+    }
+}
+
+fn push_bit(bitmap: &mut Vec<u8>, index: usize, set: bool) {
+    if index % 8 == 0 {
+        bitmap.push(0);
+    }
+    if set {
+        bitmap[index / 8] |= 1 << (index % 8);
+    }
+}
+
+fn le_bytes<'py, T: Copy, const N: usize>(py: Python<'py>, values: &[T], to_le: fn(T) -> [u8; N]) -> Bound<'py, PyBytes> {
+    let mut raw = Vec::with_capacity(values.len() * N);
+    for &value in values {
+        raw.extend_from_slice(&to_le(value));
+    }
+    PyBytes::new(py, &raw)
+}
+
+/// One `list<string>` column as Arrow buffers: the lists (validity, offsets into the values) and
+/// the values (validity, offsets into `data`, UTF-8 `data`).
+struct ImageColumn {
+    list_validity: Vec<u8>,
+    list_offsets: Vec<i32>,
+    list_nulls: usize,
+    value_validity: Vec<u8>,
+    value_offsets: Vec<i32>,
+    value_nulls: usize,
+    data: Vec<u8>,
+}
+
+impl ImageColumn {
+    fn new() -> Self {
+        ImageColumn {
+            list_validity: Vec::new(),
+            list_offsets: vec![0],
+            list_nulls: 0,
+            value_validity: Vec::new(),
+            value_offsets: vec![0],
+            value_nulls: 0,
+            data: Vec::new(),
+        }
+    }
+
+    fn values(&self) -> usize {
+        self.value_offsets.len() - 1
+    }
+
+    fn lists(&self) -> usize {
+        self.list_offsets.len() - 1
+    }
+
+    fn push_value(&mut self, text: &[u8]) {
+        let index = self.values();
+        push_bit(&mut self.value_validity, index, true);
+        self.data.extend_from_slice(text);
+        // Batches are cut at a few thousand rows, far below 2 GiB; checked again in `finish`.
+        self.value_offsets.push(self.data.len().min(i32::MAX as usize) as i32);
+    }
+
+    fn push_null_value(&mut self) {
+        let index = self.values();
+        push_bit(&mut self.value_validity, index, false);
+        self.value_nulls += 1;
+        self.value_offsets.push(self.data.len().min(i32::MAX as usize) as i32);
+    }
+
+    fn end_list(&mut self) {
+        let index = self.lists();
+        push_bit(&mut self.list_validity, index, true);
+        self.list_offsets.push(self.values() as i32);
+    }
+
+    fn push_null_list(&mut self) {
+        let index = self.lists();
+        push_bit(&mut self.list_validity, index, false);
+        self.list_nulls += 1;
+        self.list_offsets.push(self.values() as i32);
+    }
+
+    /// `(list_validity, list_offsets, list_nulls, value_validity, value_offsets, data, value_count, value_nulls)`.
+    fn to_python<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        if self.data.len() > i32::MAX as usize {
+            return Err(PyValueError::new_err("a batch's values exceed 2 GiB; cut batches smaller"));
+        }
+        PyTuple::new(
+            py,
+            [
+                PyBytes::new(py, &self.list_validity).into_any(),
+                le_bytes(py, &self.list_offsets, i32::to_le_bytes).into_any(),
+                self.list_nulls.into_pyobject(py)?.into_any(),
+                PyBytes::new(py, &self.value_validity).into_any(),
+                le_bytes(py, &self.value_offsets, i32::to_le_bytes).into_any(),
+                PyBytes::new(py, &self.data).into_any(),
+                self.values().into_pyobject(py)?.into_any(),
+                self.value_nulls.into_pyobject(py)?.into_any(),
+            ],
+        )
+    }
+}
+
+/// Row changes of many ROWS events as Arrow buffers, for one `pyarrow.RecordBatch`.
+///
+/// Per row: commit-ts, seq, a table code (the caller's index into its table names) and an op
+/// code (0 insert, 1 update, 2 delete); `before` and `after` are `list<string>` columns, NULL
+/// where the op has no such image. After an error the builder is unusable (it may hold part of
+/// an event); the caller discards it with the failed read.
+#[pyclass(unsendable, module = "sparkcdc_native")]
+struct ChangeBatchBuilder {
+    commit_ts: Vec<i64>,
+    seq: Vec<i64>,
+    table: Vec<i32>,
+    op: Vec<u8>,
+    before: ImageColumn,
+    after: ImageColumn,
+    scratch: String,
+    broken: bool,
+}
+
+impl ChangeBatchBuilder {
+    fn check(&self) -> PyResult<()> {
+        if self.broken {
+            return Err(PyValueError::new_err("this ChangeBatchBuilder failed earlier and holds partial rows"));
+        }
+        Ok(())
+    }
+
+    fn push_row(&mut self, commit_ts: i64, seq: i64, table: i32, op: u8) {
+        self.commit_ts.push(commit_ts);
+        self.seq.push(seq);
+        self.table.push(table);
+        self.op.push(op);
+    }
+
+    fn append_event(
+        &mut self,
+        py: Python<'_>,
+        layout: &RowLayout,
+        body: EventBody,
+        commit_ts: i64,
+        seq: i64,
+        table: i32,
+    ) -> PyResult<usize> {
+        let EventBody { op, present_before, present_after, rows: mut cur, .. } = body;
+        let mut out = std::mem::take(&mut self.scratch);
+        let mut added = 0usize;
+        let result = (|| -> PyResult<()> {
+            while !cur.done() {
+                match op {
+                    OP_INSERT => {
+                        self.before.push_null_list();
+                        layout.append_image(py, &mut cur, present_before, &mut out, &mut self.after)?;
+                    }
+                    OP_DELETE => {
+                        layout.append_image(py, &mut cur, present_before, &mut out, &mut self.before)?;
+                        self.after.push_null_list();
+                    }
+                    _ => {
+                        layout.append_image(py, &mut cur, present_before, &mut out, &mut self.before)?;
+                        layout.append_image(py, &mut cur, present_after, &mut out, &mut self.after)?;
+                    }
+                }
+                self.push_row(commit_ts, seq + added as i64, table, op);
+                added += 1;
+            }
+            Ok(())
+        })();
+        self.scratch = out;
+        if let Err(error) = result {
+            self.broken = true;
+            return Err(error);
+        }
+        Ok(added)
+    }
+}
+
+fn append_python_image(column: &mut ImageColumn, image: Option<Vec<Option<String>>>) {
+    match image {
+        None => column.push_null_list(),
+        Some(values) => {
+            for value in values {
+                match value {
+                    Some(text) => column.push_value(text.as_bytes()),
+                    None => column.push_null_value(),
+                }
+            }
+            column.end_list();
+        }
+    }
+}
+
+#[pymethods]
+impl ChangeBatchBuilder {
+    #[new]
+    fn new() -> Self {
+        ChangeBatchBuilder {
+            commit_ts: Vec::new(),
+            seq: Vec::new(),
+            table: Vec::new(),
+            op: Vec::new(),
+            before: ImageColumn::new(),
+            after: ImageColumn::new(),
+            scratch: String::with_capacity(64),
+            broken: false,
+        }
+    }
+
+    /// Row changes appended since the last `finish`.
+    fn __len__(&self) -> usize {
+        self.commit_ts.len()
+    }
+
+    /// Decodes the rows event body `data[start:end]` with `layout` (as `RowLayout.decode`) and
+    /// appends its row changes with seq `seq`, `seq + 1`, ...; returns how many it appended.
+    #[pyo3(signature = (layout, event_type, data, start, end, post_header_extra, commit_ts, seq, table))]
+    #[allow(clippy::too_many_arguments)]
+    fn add_event(
+        &mut self,
+        py: Python<'_>,
+        layout: &RowLayout,
+        event_type: u8,
+        data: &[u8],
+        start: usize,
+        end: usize,
+        post_header_extra: usize,
+        commit_ts: i64,
+        seq: i64,
+        table: i32,
+    ) -> PyResult<usize> {
+        self.check()?;
+        let body = layout.body(event_type, data, start, Some(end), post_header_extra)?;
+        self.append_event(py, layout, body, commit_ts, seq, table)
+    }
+
+    /// Appends one row change decoded elsewhere (a table the native layouts do not cover).
+    #[pyo3(signature = (commit_ts, seq, table, op, before, after))]
+    fn add_row(
+        &mut self,
+        commit_ts: i64,
+        seq: i64,
+        table: i32,
+        op: u8,
+        before: Option<Vec<Option<String>>>,
+        after: Option<Vec<Option<String>>>,
+    ) -> PyResult<()> {
+        self.check()?;
+        if op > OP_DELETE {
+            return Err(PyValueError::new_err(format!("op code {op} is not 0 (insert), 1 (update) or 2 (delete)")));
+        }
+        append_python_image(&mut self.before, before);
+        append_python_image(&mut self.after, after);
+        self.push_row(commit_ts, seq, table, op);
+        Ok(())
+    }
+
+    /// The buffers of the rows appended so far, and an empty builder again:
+    /// `(rows, commit_ts, seq, table, op, before, after)`; int64/int32/uint8 little-endian
+    /// bytes for the per-row columns, `ImageColumn` tuples for the images.
+    fn finish<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        self.check()?;
+        let result = PyTuple::new(
+            py,
+            [
+                self.commit_ts.len().into_pyobject(py)?.into_any(),
+                le_bytes(py, &self.commit_ts, i64::to_le_bytes).into_any(),
+                le_bytes(py, &self.seq, i64::to_le_bytes).into_any(),
+                le_bytes(py, &self.table, i32::to_le_bytes).into_any(),
+                PyBytes::new(py, &self.op).into_any(),
+                self.before.to_python(py)?.into_any(),
+                self.after.to_python(py)?.into_any(),
+            ],
+        )?;
+        let scratch = std::mem::take(&mut self.scratch);
+        *self = ChangeBatchBuilder::new();
+        self.scratch = scratch;
+        Ok(result)
+    }
+}
+
 fn none(py: Python<'_>) -> *mut ffi::PyObject {
     py.None().into_ptr()
 }
@@ -512,31 +953,9 @@ impl RowLayout {
         end: Option<usize>,
         post_header_extra: usize,
     ) -> PyResult<PyObject> {
-        let end = end.unwrap_or(data.len());
-        if start > end || end > data.len() {
-            return Err(self.error(format!("body range {start}..{end} is outside the {} bytes given", data.len())));
-        }
-        let mut cur = Cursor { data: &data[start..end], pos: 0 };
-        let (is_update, post_header_v2) = match event_type {
-            WRITE_ROWS_V1 | DELETE_ROWS_V1 => (false, false),
-            UPDATE_ROWS_V1 => (true, false),
-            WRITE_ROWS_V2 | DELETE_ROWS_V2 => (false, true),
-            UPDATE_ROWS_V2 => (true, true),
-            other => return Err(self.error(format!("event type {other} is not a WRITE/UPDATE/DELETE_ROWS event"))),
-        };
-        cur.take(6 + 2).map_err(|e| self.error(e))?; // table id, flags
-        let extra_data = if post_header_v2 { cur.uint_le(2).map_err(|e| self.error(e))? as usize } else { 0 };
-        cur.take(post_header_extra + extra_data.saturating_sub(2)).map_err(|e| self.error(e))?;
-        let columns = cur.length_encoded().map_err(|e| self.error(e))? as usize;
-        if columns != self.kinds.len() {
-            return Err(self.error(format!(
-                "the event has {columns} columns but the layout {}; the table changed outside a recorded DDL",
-                self.kinds.len()
-            )));
-        }
-        let bitmap_len = columns.div_ceil(8);
-        let present_before = cur.take(bitmap_len).map_err(|e| self.error(e))?;
-        let present_after = if is_update { cur.take(bitmap_len).map_err(|e| self.error(e))? } else { present_before };
+        let body = self.body(event_type, data, start, end, post_header_extra)?;
+        let (is_update, present_before, present_after, mut cur) =
+            (body.is_update, body.present_before, body.present_after, body.rows);
         let mut rows: Vec<*mut ffi::PyObject> = Vec::new();
         let mut out = String::with_capacity(64);
         let mut failure = None;
@@ -583,6 +1002,7 @@ impl RowLayout {
 #[pymodule]
 fn sparkcdc_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowLayout>()?;
+    m.add_class::<ChangeBatchBuilder>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,8 +1,10 @@
 """Differential test: the native row decoder and the pure Python reference decode the same
-binlog events of random rows of every column type to identical canonical values.
+binlog events of random rows of every column type to identical canonical values, and to
+identical Arrow batches (what the Spark source yields).
 
 Rows are written to a real MariaDB, the ROWS events are read back with mysql-replication and
-each event is decoded both ways."""
+each event is decoded both ways; then `read_range_batches` reads the same transaction with the
+native decoder and with the pure path forced."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import datetime
 import json
 import os
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -18,7 +21,16 @@ from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, Write
 
 from sparkcdc.upstream import native_decode
 from sparkcdc.upstream.connection import UpstreamConfig
-from sparkcdc.upstream.range_reader import TableLayout, native_row_changes, pure_row_changes
+from sparkcdc.model.position import BinlogPosition
+from sparkcdc.upstream.range_reader import (
+    BinlogRange,
+    NativeBatchBuilder,
+    PythonBatchBuilder,
+    TableLayout,
+    native_row_changes,
+    pure_row_changes,
+    read_range_batches,
+)
 from sparkcdc.upstream.schema_reader import read_table_info
 
 pytestmark = pytest.mark.integration
@@ -149,27 +161,41 @@ def _binlog_end(conn):
 
 
 def _decode_both(mariadb, info, start, end):
-    """(native, pure) row changes of every ROWS event in [start, end)."""
+    """(native, pure) row changes of every ROWS event in [start, end), and the same events as
+    Arrow batches: (native builder, native builder fed by the pure path, reference builder)."""
     stream = BinLogStreamReader(
         connection_settings=UpstreamConfig.from_uri(mariadb.uri).connection_settings(),
         server_id=4242, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent], enable_logging=False,
     )
     native_changes, pure_changes = [], []
+    builders = (NativeBatchBuilder(native), NativeBatchBuilder(native), PythonBatchBuilder())
     end_key = (end[0], end[1])
     try:
         for event in stream:
             if event.table == "t" and event.schema == "native_diff":
                 layout = TableLayout(info, event.columns, native)
+                pure_layout = TableLayout(info, event.columns, None)
                 assert layout.native is not None, "every column type here must compile to a native layout"
+                seq = len(native_changes)
                 # The native decoder reads the raw body, so it must run before event.rows consumes it.
-                native_changes.extend(native_row_changes(event, layout, 1, len(native_changes)))
-                pure_changes.extend(pure_row_changes(event, layout, 1, len(pure_changes)))
+                native_changes.extend(native_row_changes(event, layout, 1, seq))
+                builders[0].add_event(event, layout, 1, seq)
+                pure_changes.extend(pure_row_changes(event, layout, 1, seq))
+                builders[1].add_event(event, pure_layout, 1, seq)
+                builders[2].add_event(event, pure_layout, 1, seq)
             if (stream.log_file, stream.log_pos) >= end_key:
                 break
     finally:
         stream.close()
-    return native_changes, pure_changes
+    return native_changes, pure_changes, [builder.finish() for builder in builders]
+
+
+def _assert_same_batches(got: pa.RecordBatch | pa.Table, want: pa.RecordBatch | pa.Table, what: str):
+    assert got.schema.equals(want.schema), what
+    if not got.equals(want):
+        diffs = [(i, g, w) for i, (g, w) in enumerate(zip(got.to_pylist(), want.to_pylist())) if g != w]
+        pytest.fail(f"{what}: {got.num_rows} vs {want.num_rows} rows; first differing rows {diffs[:2]}")
 
 
 @settings(max_examples=int(os.environ.get("SPARKCDC_NATIVE_EXAMPLES", "25")), deadline=None,
@@ -193,7 +219,7 @@ def test_native_and_pure_decoders_agree(table, inserted, replacements):
         cur.execute("COMMIT")
     end = _binlog_end(conn)
 
-    native_changes, pure_changes = _decode_both(mariadb, info, start, end)
+    native_changes, pure_changes, (native_batch, fed_batch, reference_batch) = _decode_both(mariadb, info, start, end)
     ops = [c.op for c in pure_changes]
     assert ops.count("insert") == ops.count("delete") == len(inserted)  # an UPDATE that changes nothing is not logged
     assert [c.op for c in native_changes] == [c.op for c in pure_changes]
@@ -204,3 +230,19 @@ def test_native_and_pure_decoders_agree(table, inserted, replacements):
                 diffs = [(name, g, w) for name, g, w in zip(("id", *NAMES), got_values, want_values) if g != w]
                 pytest.fail(f"{got.op} {image}: native != pure for {diffs}")
     assert native_changes == pure_changes
+    _assert_same_batches(native_batch, reference_batch, "native ChangeBatchBuilder vs pyarrow from pure RowChanges")
+    _assert_same_batches(fed_batch, reference_batch, "native builder fed by the pure path vs pyarrow")
+
+    # The source's own function, both ways, over the transaction (cut into batches of 3 rows).
+    rng = BinlogRange(UpstreamConfig.from_uri(mariadb.uri), 4243, BinlogPosition(*start), BinlogPosition(*end), (1,),
+                      {"native_diff.t": info.to_json()})
+    with_native = pa.Table.from_batches(read_range_batches(rng, batch_rows=3))
+    os.environ[native_decode.FORCE_PURE_ENV] = "1"
+    try:
+        with_pure = pa.Table.from_batches(read_range_batches(rng, batch_rows=3))
+    finally:
+        del os.environ[native_decode.FORCE_PURE_ENV]
+    assert with_native.num_rows == len(pure_changes)
+    _assert_same_batches(with_native, with_pure, "read_range_batches native vs pure")
+    _assert_same_batches(with_native.combine_chunks(), pa.Table.from_batches([reference_batch]).combine_chunks(),
+                         "read_range_batches vs the events decoded one by one")

@@ -89,6 +89,65 @@ def test_golden_row_of_many_types():
     )
 
 
+def _batch_rows(builder) -> list[tuple]:
+    """The native ChangeBatchBuilder's rows as (commit_ts, seq, table code, op code, before, after)."""
+    import pyarrow as pa
+
+    from sparkcdc.upstream.range_reader import _image_array
+
+    rows, commit_ts, seq, codes, ops, before, after = builder.finish()
+    ints = lambda kind, data: pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)]).to_pylist()  # noqa: E731
+    images = [[None if v is None else tuple(v) for v in _image_array(rows, image).to_pylist()] for image in (before, after)]
+    return list(zip(ints(pa.int64(), commit_ts), ints(pa.int64(), seq), ints(pa.int32(), codes),
+                    ints(pa.uint8(), ops), *images))
+
+
+@needs_native
+def test_batch_builder_holds_the_same_values_as_decode():
+    specs = [
+        ("int", 4, 0, [], "", ""), ("enum", 1, 0, ["a", "b,c"], "", ""), ("text", 2, 0, [], "utf8", "strict"),
+        ("text", 1, 0, [], "cp1252", "strict"), ("bytes", 1, 4, [], "", ""), ("set", 1, 0, ["x", "ü"], "", ""),
+    ]
+    layout = native.RowLayout("db.t", specs)
+    row = (b"\x00" + (7).to_bytes(4, "little") + b"\x02" + _length_prefixed("héllo 😀".encode(), 2)
+           + _length_prefixed("€".encode("cp1252")) + _length_prefixed(b"\xff\x01") + b"\x03")
+    # enum index 0 (''), UTF-8 text NULL, an empty BINARY(4), no set member
+    empty_enum = b"\x04" + (8).to_bytes(4, "little") + b"\x00" + _length_prefixed(b"\x00") + _length_prefixed(b"") + b"\x00"
+    builder = native.ChangeBatchBuilder()
+    for event_type in (WRITE_V1, UPDATE_V1, DELETE_V1):
+        body = _body(len(specs), [row, empty_enum], event_type)
+        assert builder.add_event(layout, event_type, body, 0, len(body), 0, 42, 10 * event_type, 3) == (
+            1 if event_type == UPDATE_V1 else 2)
+    assert len(builder) == 5
+    ins, upd, dele = (layout.decode(t, _body(len(specs), [row, empty_enum], t)) for t in (WRITE_V1, UPDATE_V1, DELETE_V1))
+    assert ins[0][4] == "\xff\x01\x00\x00" and ins[1][1:] == ("", None, "\x00", "\x00" * 4, "")
+    assert _batch_rows(builder) == [
+        (42, 230, 3, 0, None, ins[0]), (42, 231, 3, 0, None, ins[1]),
+        (42, 240, 3, 1, upd[0], upd[1]),
+        (42, 250, 3, 2, dele[0], None), (42, 251, 3, 2, dele[1], None),
+    ]
+    assert len(builder) == 0  # finish empties it
+    builder.add_row(5, 0, 1, 1, ("1", None), ("2", "x"))
+    builder.add_row(5, 1, 0, 0, None, ())
+    assert _batch_rows(builder) == [(5, 0, 1, 1, ("1", None), ("2", "x")), (5, 1, 0, 0, None, ())]
+
+
+@needs_native
+def test_batch_builder_errors_name_the_table_and_poison_the_builder():
+    layout = native.RowLayout("db.t", [("text", 1, 0, [], "utf8", "strict")])
+    builder = native.ChangeBatchBuilder()
+    bad = _body(1, [b"\x00\x01\xff"])
+    with pytest.raises(UnicodeDecodeError):
+        builder.add_event(layout, WRITE_V1, bad, 0, len(bad), 0, 1, 0, 0)
+    with pytest.raises(ValueError, match="failed earlier"):
+        builder.finish()
+    truncated = _body(1, [b"\x00\x05ab"])
+    with pytest.raises(ValueError, match="db.t: row image truncated"):
+        native.ChangeBatchBuilder().add_event(layout, WRITE_V1, truncated, 0, len(truncated), 0, 1, 0, 0)
+    with pytest.raises(ValueError, match="op code 7"):
+        native.ChangeBatchBuilder().add_row(1, 0, 0, 7, None, None)
+
+
 @needs_native
 def test_nulls_absent_columns_updates_and_v2_post_header():
     layout = native.RowLayout("db.t", [("int", 4, 0, [], "", "")] * 3)

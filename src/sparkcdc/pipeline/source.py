@@ -13,21 +13,26 @@ Spark's replay of an uncommitted batch reads identical data.
 
 Besides row changes, every batch carries one `range` marker row (commit_ts = end,
 seq = start) so the sink learns the batch's bounds even when it has no rows.
+
+`read` yields `pyarrow.RecordBatch`es (CHANGE_SCHEMA, the Arrow form of ROW_SCHEMA), which Spark
+passes on as they are; tuples would go through PySpark's per-value Python conversion.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import TableInfo
 from sparkcdc.upstream.connection import UpstreamConfig
-from sparkcdc.upstream.range_reader import BinlogRange, read_range
-from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord
+from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, BinlogRange, int64_array, read_range_batches, string_array
+
+if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
+    from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord
 
 SOURCE_NAME = "sparkcdc_binlog"
 # The binlog bytes one micro-batch may span. A batch is all-or-nothing: its checkpoint moves only
@@ -39,7 +44,7 @@ ROW_SCHEMA = (
     "commit_ts long, seq long, schema_name string, table_name string, op string, "
     "before array<string>, after array<string>"
 )
-RANGE_MARKER = "range"
+RANGE_MARKER = "range"  # the op of the marker row
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +105,7 @@ class SourceOptions:
         )
 
 
-def plan_batch_end(index: TxnIndex, start: int, target_ts: int, max_batch_bytes: int) -> int:
+def plan_batch_end(index: "TxnIndex", start: int, target_ts: int, max_batch_bytes: int) -> int:
     """The end of the next micro-batch starting after `start` (== start when nothing is new)."""
     end = index.resolved_ts()
     if target_ts:
@@ -137,7 +142,7 @@ def replicated_tables(
     return chosen, ineligible
 
 
-def split_ranges(txns: Sequence[TxnRecord], parts: int) -> list[list[TxnRecord]]:
+def split_ranges(txns: Sequence["TxnRecord"], parts: int) -> list[list["TxnRecord"]]:
     """Cut the batch's DML transactions into contiguous runs of about equal binlog size.
 
     DDL transactions carry no rows, so they end a run; a run never spans one.
@@ -172,7 +177,9 @@ class BinlogStreamReader(DataSourceStreamReader):
         self.options = options
         self._warned: set[tuple[str, str, int]] = set()
 
-    def _index(self) -> TxnIndex:
+    def _index(self) -> "TxnIndex":
+        from sparkcdc.upstream.txn_index import TxnIndex
+
         return TxnIndex(self.options.index_path)
 
     def initialOffset(self) -> dict:
@@ -208,7 +215,9 @@ class BinlogStreamReader(DataSourceStreamReader):
             )
         return partitions
 
-    def _tables_at(self, index: TxnIndex, ts: int) -> dict[str, str]:
+    def _tables_at(self, index: "TxnIndex", ts: int) -> dict[str, str]:
+        from sparkcdc.filter.table_filter import TableFilter
+
         table_filter = TableFilter(list(self.options.filter_rules), self.options.case_sensitive)
         tables, ineligible = replicated_tables(index.tables_at(ts), table_filter.match, self.options.force_replicate)
         # Once per table version, so a long-running changefeed does not repeat itself every batch.
@@ -222,24 +231,25 @@ class BinlogStreamReader(DataSourceStreamReader):
             )
         return tables
 
-    def read(self, partition: InputPartition) -> Iterator[tuple]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _MarkerPartition):
-            yield (partition.end, partition.start, "", "", RANGE_MARKER, None, None)
+            yield marker_batch(partition.start, partition.end)
             return
-        for row in read_range(partition.binlog_range):
-            yield (
-                row.commit_ts,
-                row.seq,
-                row.schema,
-                row.table,
-                row.op,
-                list(row.before) if row.before is not None else None,
-                list(row.after) if row.after is not None else None,
-            )
+        yield from read_range_batches(partition.binlog_range)
 
     def commit(self, end: dict) -> None:
         # The checkpoint is advanced by the sink after it flushed, not here.
         pass
+
+
+def marker_batch(start: int, end: int) -> pa.RecordBatch:
+    """The batch's one range marker row: commit_ts = end, seq = start."""
+    image = pa.nulls(1, CHANGE_SCHEMA.field("before").type)
+    return pa.RecordBatch.from_arrays(
+        [int64_array([end]), int64_array([start]), string_array([""]), string_array([""]),
+         string_array([RANGE_MARKER]), image, image],
+        schema=CHANGE_SCHEMA,
+    )
 
 
 class BinlogDataSource(DataSource):

@@ -1,16 +1,26 @@
 """Decodes the rows of one transaction-aligned binlog range. Runs on Spark executors.
 
-A `BinlogRange` is plain picklable data and opens no connection until `read_range` is called.
+A `BinlogRange` is plain picklable data and opens no connection until it is read.
 Each range uses its own replication connection (its own `server_id`), so ranges decode in parallel.
 mysql-replication frames the events; row images are decoded by the native decoder when it is
 built (`native_decode`), else by mysql-replication and `values.converter` (the reference).
+
+Two shapes of output: `read_range_batches` (what the Spark source yields) cuts the range into
+`pyarrow.RecordBatch`es of CHANGE_SCHEMA; with the native decoder their value columns are filled
+in Rust, without a Python object per value. `read_range` yields one `RowChange` per row.
+
+Executors import this module in every fresh Python worker, so it keeps its imports to what
+decoding needs; the pure path's value converters (numpy) and the puller load on first use.
 """
 
 from __future__ import annotations
 
+import array
+import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
+import pyarrow as pa
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -27,10 +37,8 @@ from sparkcdc.errors import ErrBinlogUnsupportedEvent
 from sparkcdc.model.events import RowChange, TableInfo, Value
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import UpstreamConfig
-from sparkcdc.upstream.puller import unsupported_event
 from sparkcdc.upstream import decoder_fixes  # noqa: F401  (corrects TIME2 decoding)
 from sparkcdc.upstream.native_decode import compile_layout, native_module
-from sparkcdc.upstream.values import converter, null_value
 
 RANGE_EVENTS = [
     MariadbGtidEvent,
@@ -64,13 +72,25 @@ _EVENT_BODY_OFFSET = 20
 _KNOWN_POST_HEADER = {23: 8, 24: 8, 25: 8, 30: 10, 31: 10, 32: 10}
 _OPS = {WriteRowsEvent: "insert", DeleteRowsEvent: "delete", UpdateRowsEvent: "update"}
 
+# The Arrow form of the Spark source's ROW_SCHEMA (pipeline/source.py); Spark checks a reader's
+# first batch against it, so the two must match field for field (tests/unit/test_change_batches.py).
+_IMAGE_TYPE = pa.list_(pa.field("element", pa.string()))
+CHANGE_SCHEMA = pa.schema([
+    ("commit_ts", pa.int64()), ("seq", pa.int64()), ("schema_name", pa.string()), ("table_name", pa.string()),
+    ("op", pa.string()), ("before", _IMAGE_TYPE), ("after", _IMAGE_TYPE),
+])
+# Rows per batch: large enough that per-batch costs vanish, small enough that a batch of wide rows
+# stays a few MB in the executor and the JVM.
+DEFAULT_BATCH_ROWS = 4096
+_OP_CODES = {"insert": 0, "update": 1, "delete": 2}
+
 
 class TableLayout:
     """How to turn one table's row images into canonical tuples, built once per table map:
     natively from the raw event body when the native decoder handles every column, else from
     mysql-replication's decoded row dicts."""
 
-    __slots__ = ("schema", "table", "names", "converters", "columns", "native")
+    __slots__ = ("schema", "table", "names", "_converters", "columns", "native")
 
     def __init__(self, info: TableInfo, binlog_columns: list, native=None):
         binlog_names = [c.name for c in binlog_columns]
@@ -84,12 +104,20 @@ class TableLayout:
         self.table = info.table
         self.columns = info.columns
         self.names = info.column_names
-        self.converters: list[tuple[str, Callable, object]] = [
-            (c.name, converter(c), c) for c in info.columns
-        ]
+        self._converters: Optional[list[tuple[str, Callable, object]]] = None
         self.native = None if native is None else compile_layout(native, info, binlog_columns)
 
+    @property
+    def converters(self) -> list[tuple[str, Callable, object]]:
+        if self._converters is None:  # only the pure path needs them (and values' numpy import)
+            from sparkcdc.upstream.values import converter
+
+            self._converters = [(c.name, converter(c), c) for c in self.columns]
+        return self._converters
+
     def values(self, row_values: dict, none_sources: dict) -> tuple[Value, ...]:
+        from sparkcdc.upstream.values import null_value
+
         out = []
         for name, convert, column in self.converters:
             value = row_values[name]
@@ -102,14 +130,44 @@ class TableLayout:
 
 def read_range(r: BinlogRange) -> Iterator[RowChange]:
     """Every row change in the range, in binlog order, with its transaction's commit-ts."""
+    native = native_module()
+    txn, seq = -1, 0
+    for number, commit_ts, layout, event in _row_events(r, native):
+        if number != txn:
+            txn, seq = number, 0
+        if layout.native is not None:
+            seq = yield from native_row_changes(event, layout, commit_ts, seq)
+        else:
+            yield from pure_row_changes(event, layout, commit_ts, seq)
+            seq += len(event.rows)
+
+
+def read_range_batches(r: BinlogRange, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """The range's row changes as record batches of CHANGE_SCHEMA, about `batch_rows` rows each
+    (cut between events), in binlog order; the same rows as `read_range`."""
+    native = native_module()
+    builder: NativeBatchBuilder | PythonBatchBuilder = (
+        PythonBatchBuilder() if native is None else NativeBatchBuilder(native))
+    txn, seq = -1, 0
+    for number, commit_ts, layout, event in _row_events(r, native):
+        if number != txn:
+            txn, seq = number, 0
+        seq += builder.add_event(event, layout, commit_ts, seq)
+        if len(builder) >= batch_rows:
+            yield builder.finish()
+    if len(builder):
+        yield builder.finish()
+
+
+def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout", object]]:
+    """(transaction number in the range, its commit-ts, layout, ROWS event) for each ROWS event of
+    a replicated table, in binlog order; checks the range holds exactly the indexed transactions."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
     infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
-    native = native_module()
     layouts: dict[tuple[int, str, str], Optional[TableLayout]] = {}
     end_key = r.end.key()
     txn = -1
-    seq = 0
     stream = BinLogStreamReader(
         connection_settings=r.upstream.connection_settings(),
         server_id=r.server_id,
@@ -129,7 +187,6 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
                 raise ErrBinlogUnsupportedEvent(f"binlog ended at {stream.log_file}:{stream.log_pos} before {r.end}")
             if isinstance(event, (MariadbGtidEvent, GtidEvent)):
                 txn += 1
-                seq = 0
                 if txn >= len(r.commit_ts):
                     raise ErrBinlogUnsupportedEvent(
                         f"range {r.start}..{r.end} holds more than the {len(r.commit_ts)} indexed transactions"
@@ -142,13 +199,10 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
                     layout = None if info is None else TableLayout(info, event.columns, native)
                     layouts[key] = layout
                 if layout is not None:
-                    commit_ts = r.commit_ts[txn]
-                    if layout.native is not None:
-                        seq = yield from native_row_changes(event, layout, commit_ts, seq)
-                    else:
-                        yield from pure_row_changes(event, layout, commit_ts, seq)
-                        seq += len(event.rows)
+                    yield txn, r.commit_ts[txn], layout, event
             elif isinstance(event, (NotImplementedEvent, XAPrepareEvent)):
+                from sparkcdc.upstream.puller import unsupported_event  # the puller's imports are heavy
+
                 raise unsupported_event(event)
             if (int(stream.log_file.rsplit(".", 1)[1]), stream.log_pos) >= end_key:
                 break
@@ -158,6 +212,128 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
         raise ErrBinlogUnsupportedEvent(
             f"range {r.start}..{r.end} holds {txn + 1} transactions but the index lists {len(r.commit_ts)}"
         )
+
+
+def _raw_body(event) -> tuple[bytes, int, int, int]:
+    """(packet bytes, body start, body end, post-header bytes beyond the known length) of a ROWS event."""
+    known = _KNOWN_POST_HEADER.get(event.event_type)
+    if known is None:
+        raise ErrBinlogUnsupportedEvent(f"rows event type {event.event_type} is not supported")
+    start = _EVENT_BODY_OFFSET
+    return (event.packet.packet._data, start, start + event.event_size,
+            event._declared_post_header_len(known) - known)
+
+
+class NativeBatchBuilder:
+    """Collects row changes into Arrow buffers in the native `ChangeBatchBuilder`: events of
+    tables with a native layout are decoded there from their raw bodies; others arrive as
+    `RowChange`s from the pure path."""
+
+    def __init__(self, native):
+        self._builder = native.ChangeBatchBuilder()
+        self._tables: dict[tuple[str, str], int] = {}
+
+    def __len__(self) -> int:
+        return len(self._builder)
+
+    def _table_code(self, schema: str, table: str) -> int:
+        return self._tables.setdefault((schema, table), len(self._tables))
+
+    def add_event(self, event, layout: TableLayout, commit_ts: int, seq: int) -> int:
+        """Appends the event's rows with seq `seq`, `seq + 1`, ...; returns how many."""
+        code = self._table_code(layout.schema, layout.table)
+        if layout.native is not None:
+            data, start, end, extra = _raw_body(event)
+            return self._builder.add_event(layout.native, event.event_type, data, start, end, extra,
+                                           commit_ts, seq, code)
+        added = 0
+        for change in pure_row_changes(event, layout, commit_ts, seq):
+            self._builder.add_row(change.commit_ts, change.seq, code, _OP_CODES[change.op], change.before, change.after)
+            added += 1
+        return added
+
+    def finish(self) -> pa.RecordBatch:
+        """The rows added so far as one batch; the builder starts empty again."""
+        rows, commit_ts, seq, codes, ops, before, after = self._builder.finish()
+        schemas = string_array([schema for schema, _ in self._tables])
+        tables = string_array([table for _, table in self._tables])
+        self._tables = {}
+        code_array = pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(codes)])
+        op_array = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(ops)])
+        return pa.RecordBatch.from_arrays([
+            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(commit_ts)]),
+            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(seq)]),
+            schemas.take(code_array),
+            tables.take(code_array),
+            _OP_NAMES.take(op_array),
+            _image_array(rows, before),
+            _image_array(rows, after),
+        ], schema=CHANGE_SCHEMA)
+
+
+def string_array(texts: list[str]) -> pa.StringArray:
+    """A string array built from its buffers: `pa.array` would import pandas (~1 s in a fresh
+    Python worker) to check whether the list is a pandas object."""
+    encoded = [text.encode("utf-8") for text in texts]
+    offsets = array.array("i", itertools.accumulate((len(e) for e in encoded), initial=0))
+    return pa.Array.from_buffers(pa.string(), len(texts), [None, pa.py_buffer(offsets.tobytes()),
+                                                           pa.py_buffer(b"".join(encoded))])
+
+
+def int64_array(values: list[int]) -> pa.Int64Array:
+    """An int64 array built from its buffer (see `string_array`)."""
+    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array.array("q", values).tobytes())])
+
+
+_OP_NAMES = string_array(sorted(_OP_CODES, key=_OP_CODES.get))
+
+
+def _image_array(rows: int, buffers: tuple) -> pa.Array:
+    """A `list<string>` array from the native builder's buffers of one image column."""
+    list_validity, list_offsets, list_nulls, value_validity, value_offsets, data, values, value_nulls = buffers
+    strings = pa.Array.from_buffers(
+        pa.string(), values,
+        [pa.py_buffer(value_validity) if value_nulls else None, pa.py_buffer(value_offsets), pa.py_buffer(data)],
+        null_count=value_nulls)
+    return pa.Array.from_buffers(
+        _IMAGE_TYPE, rows, [pa.py_buffer(list_validity) if list_nulls else None, pa.py_buffer(list_offsets)],
+        null_count=list_nulls, children=[strings])
+
+
+class PythonBatchBuilder:
+    """The reference batch builder: `RowChange`s from the pure path, converted by pyarrow."""
+
+    def __init__(self):
+        self._columns: tuple[list, ...] = tuple([] for _ in CHANGE_SCHEMA)
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def add_changes(self, changes: Iterable[RowChange]) -> int:
+        commit_ts, seq, schema, table, op, before, after = self._columns
+        added = 0
+        for change in changes:
+            commit_ts.append(change.commit_ts)
+            seq.append(change.seq)
+            schema.append(change.schema)
+            table.append(change.table)
+            op.append(change.op)
+            before.append(change.before)
+            after.append(change.after)
+            added += 1
+        return added
+
+    def add_event(self, event, layout: TableLayout, commit_ts: int, seq: int) -> int:
+        if layout.native is not None:
+            return self.add_changes(native_row_changes(event, layout, commit_ts, seq))
+        return self.add_changes(pure_row_changes(event, layout, commit_ts, seq))
+
+    def finish(self) -> pa.RecordBatch:
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array(column, field.type) for column, field in zip(self._columns, CHANGE_SCHEMA)],
+            schema=CHANGE_SCHEMA)
+        self._columns = tuple([] for _ in CHANGE_SCHEMA)
+        return batch
 
 
 def _row_change(commit_ts, schema, table, op, before, after, seq) -> RowChange:
@@ -173,17 +349,8 @@ _new_object = object.__new__
 
 def native_row_changes(event, layout: TableLayout, commit_ts: int, seq: int):
     """Yields the event's rows decoded natively from its raw body; returns the next seq."""
-    known = _KNOWN_POST_HEADER.get(event.event_type)
-    if known is None:
-        raise ErrBinlogUnsupportedEvent(f"rows event type {event.event_type} is not supported")
-    start = _EVENT_BODY_OFFSET
-    images = layout.native.decode(
-        event.event_type,
-        event.packet.packet._data,
-        start,
-        start + event.event_size,
-        event._declared_post_header_len(known) - known,
-    )
+    data, start, end, extra = _raw_body(event)
+    images = layout.native.decode(event.event_type, data, start, end, extra)
     schema, table = layout.schema, layout.table
     op = _OPS[type(event)]
     if op == "update":

@@ -1,0 +1,47 @@
+"""The Arrow batches the Spark source yields: their schema is Spark's ROW_SCHEMA, the range
+marker row, and the reference builder's conversion of row changes."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+
+from sparkcdc.model.events import RowChange
+from sparkcdc.pipeline.source import RANGE_MARKER, ROW_SCHEMA, marker_batch
+from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, PythonBatchBuilder
+
+_TYPES = {"long": LongType(), "string": StringType(), "array<string>": ArrayType(StringType())}
+
+
+def test_change_schema_is_what_spark_expects_for_row_schema():
+    # Spark compares a reader's first batch with to_arrow_schema(ROW_SCHEMA) and fails the task
+    # on any difference, so the two definitions must not drift apart.
+    fields = [StructField(name, _TYPES[kind]) for name, kind in (f.split(" ", 1) for f in ROW_SCHEMA.split(", "))]
+    expected = to_arrow_schema(StructType(fields), timezone="UTC")
+    assert expected.equals(CHANGE_SCHEMA)
+    assert [f.type.value_field.name for f in CHANGE_SCHEMA if pa.types.is_list(f.type)] == [
+        f.type.value_field.name for f in expected if pa.types.is_list(f.type)]
+
+
+def test_marker_batch_carries_the_bounds():
+    batch = marker_batch(10, 20)
+    assert batch.schema.equals(CHANGE_SCHEMA)
+    assert batch.to_pylist() == [{"commit_ts": 20, "seq": 10, "schema_name": "", "table_name": "", "op": RANGE_MARKER,
+                                  "before": None, "after": None}]
+
+
+def test_python_builder_keeps_order_images_and_nulls():
+    builder = PythonBatchBuilder()
+    changes = [
+        RowChange(7, "db", "t", "insert", None, ("1", None), 0),
+        RowChange(7, "db", "u", "update", ("1", "a"), ("1", "b"), 1),
+        RowChange(9, "db", "t", "delete", ("1", ""), None, 0),
+    ]
+    assert builder.add_changes(changes) == 3 and len(builder) == 3
+    batch = builder.finish()
+    assert len(builder) == 0
+    assert batch.schema.equals(CHANGE_SCHEMA)
+    assert [(r["commit_ts"], r["seq"], r["table_name"], r["op"], r["before"], r["after"]) for r in batch.to_pylist()] == [
+        (7, 0, "t", "insert", None, ["1", None]), (7, 1, "u", "update", ["1", "a"], ["1", "b"]),
+        (9, 0, "t", "delete", ["1", ""], None)]
