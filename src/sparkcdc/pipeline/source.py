@@ -172,6 +172,53 @@ def split_ranges(txns: Sequence["TxnRecord"], parts: int) -> list[list["TxnRecor
     return pieces
 
 
+def plan_partitions(
+    index: "TxnIndex", options: SourceOptions, start: int, end: int, warned: set[tuple[str, str, int]]
+) -> list[InputPartition]:
+    """The partitions of the batch (start, end]: its range marker, then the binlog ranges to decode.
+
+    Shared by the stream reader and the Spark Connect loop (pipeline/connect_loop.py), so both
+    plan a batch the same way. `warned` holds the ineligible table versions already logged."""
+    if end <= start:
+        return []
+    tables = _replicated_tables_at(index, start, options, warned)
+    upstream = UpstreamConfig.from_uri(options.upstream_uri)
+    partitions: list[InputPartition] = [_MarkerPartition(start, end)]
+    for number, run in enumerate(split_ranges(index.txns_between(start, end), options.parallelism)):
+        partitions.append(
+            _RangePartition(
+                BinlogRange(
+                    upstream=upstream,
+                    server_id=options.server_id_base + number,
+                    start=run[0].start,
+                    end=run[-1].end,
+                    commit_ts=tuple(t.commit_ts for t in run),
+                    tables=tables,
+                )
+            )
+        )
+    return partitions
+
+
+def _replicated_tables_at(
+    index: "TxnIndex", ts: int, options: SourceOptions, warned: set[tuple[str, str, int]]
+) -> dict[str, str]:
+    from sparkcdc.filter.table_filter import TableFilter
+
+    table_filter = TableFilter(list(options.filter_rules), options.case_sensitive)
+    tables, ineligible = replicated_tables(index.tables_at(ts), table_filter.match, options.force_replicate)
+    # Once per table version, so a long-running changefeed does not repeat itself every batch.
+    new = [t for t in ineligible if (t.schema, t.table, t.version) not in warned]
+    if new:
+        warned.update((t.schema, t.table, t.version) for t in new)
+        log.warning(
+            "[SPARKCDC:WarnIneligibleTable] tables without a valid index (no primary key and no unique key "
+            "of NOT NULL columns) are not replicated: %s; add such a key upstream, or set force-replicate = true",
+            ", ".join(f"{t.schema}.{t.table}" for t in new),
+        )
+    return tables
+
+
 class BinlogStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions):
         self.options = options
@@ -193,43 +240,7 @@ class BinlogStreamReader(DataSourceStreamReader):
         return {"ts": end}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        lo, hi = int(start["ts"]), int(end["ts"])
-        if hi <= lo:
-            return []
-        index = self._index()
-        tables = self._tables_at(index, lo)
-        upstream = UpstreamConfig.from_uri(self.options.upstream_uri)
-        partitions: list[InputPartition] = [_MarkerPartition(lo, hi)]
-        for number, run in enumerate(split_ranges(index.txns_between(lo, hi), self.options.parallelism)):
-            partitions.append(
-                _RangePartition(
-                    BinlogRange(
-                        upstream=upstream,
-                        server_id=self.options.server_id_base + number,
-                        start=run[0].start,
-                        end=run[-1].end,
-                        commit_ts=tuple(t.commit_ts for t in run),
-                        tables=tables,
-                    )
-                )
-            )
-        return partitions
-
-    def _tables_at(self, index: "TxnIndex", ts: int) -> dict[str, str]:
-        from sparkcdc.filter.table_filter import TableFilter
-
-        table_filter = TableFilter(list(self.options.filter_rules), self.options.case_sensitive)
-        tables, ineligible = replicated_tables(index.tables_at(ts), table_filter.match, self.options.force_replicate)
-        # Once per table version, so a long-running changefeed does not repeat itself every batch.
-        new = [t for t in ineligible if (t.schema, t.table, t.version) not in self._warned]
-        if new:
-            self._warned.update((t.schema, t.table, t.version) for t in new)
-            log.warning(
-                "[SPARKCDC:WarnIneligibleTable] tables without a valid index (no primary key and no unique key "
-                "of NOT NULL columns) are not replicated: %s; add such a key upstream, or set force-replicate = true",
-                ", ".join(f"{t.schema}.{t.table}" for t in new),
-            )
-        return tables
+        return plan_partitions(self._index(), self.options, int(start["ts"]), int(end["ts"]), self._warned)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _MarkerPartition):
