@@ -6,6 +6,7 @@ import time
 import pytest
 
 from sparkcdc.errors import ErrStartTsInvalid
+from sparkcdc.model import tso
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
@@ -116,6 +117,24 @@ def test_resolved_ts_advances_while_idle(setup):
     before = index.resolved_ts()
     time.sleep(1.0)
     assert index.resolved_ts() > before
+
+
+def test_idle_resolved_ts_follows_the_clock_with_the_default_heartbeat(mariadb, tmp_path):
+    """With the server's default heartbeat, an idle upstream's resolved-ts stays well under a second
+    behind the clock, so an idle changefeed's checkpoint lag fits issue 11's 2 s with the 1 s trigger."""
+    index = TxnIndex(str(tmp_path / "index.sqlite"))
+    puller = Puller(UpstreamConfig.from_uri(mariadb.uri), index, next(_server_ids)).start()
+    try:
+        puller.wait_caught_up(20)
+        lags = []
+        deadline = time.monotonic() + 3.0
+        while time.monotonic() < deadline:
+            lags.append(time.time() - tso.physical_ms(index.resolved_ts()) / 1000)
+            time.sleep(0.05)
+    finally:
+        puller.stop()
+    assert puller.error is None
+    assert max(lags) < 0.8, f"resolved-ts lagged the clock by up to {max(lags):.2f}s while idle"
 
 
 def test_restart_resumes_without_gaps_or_duplicates(setup, fresh_db):

@@ -80,6 +80,13 @@ class _OpenTxn:
     in_begin: bool = False
 
 
+# How long the upstream may stay silent before it sends a heartbeat, which moves resolved-ts to the
+# local clock. An idle changefeed's checkpoint lag is up to this plus the micro-batch trigger
+# interval (1 s) plus an empty batch; at 1 s it reached 2.5-3.7 s on 2 busy cores
+# (bench/latency_bench.py), above issue 11's 2 s. Four heartbeats a second cost nothing measurable.
+DEFAULT_HEARTBEAT_SECONDS = 0.25
+
+
 class Puller:
     """Background thread that keeps a TxnIndex in step with the upstream binlog."""
 
@@ -88,7 +95,7 @@ class Puller:
         cfg: UpstreamConfig,
         index: TxnIndex,
         server_id: int,
-        heartbeat_seconds: float = 1.0,
+        heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
         flush_interval: float = 0.2,
         flush_max_txns: int = 5000,
         clock: Callable[[], float] = time.time,
