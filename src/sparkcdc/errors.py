@@ -68,6 +68,9 @@ ErrKafkaSendMessage = _define("ErrKafkaSendMessage", 500)
 ErrKafkaTopic = _define("ErrKafkaTopic", 400)
 ErrMessageTooLarge = _define("ErrMessageTooLarge", 400)
 ErrAvroSchemaRegistry = _define("ErrAvroSchemaRegistry", 500)
+# Spark Connect mode (`sparkcdc server --spark-remote`).
+ErrSparkRemoteInvalid = _define("ErrSparkRemoteInvalid")
+ErrSparkRemoteUnreachable = _define("ErrSparkRemoteUnreachable", 503)
 # Redo log (TiCDC's codes).
 ErrConsistentStorage = _define("ErrConsistentStorage")
 ErrRedoFileOp = _define("ErrRedoFileOp", 500)

@@ -28,7 +28,12 @@ def register(subparsers) -> None:
                              "empty: single node with SQLite in --data-dir")
     parser.add_argument("--capture-session-ttl", type=int, default=10,
                         help="seconds a capture's etcd lease lives without keepalive (default %(default)s)")
-    parser.add_argument("--spark-master", default="local[*]", help="Spark master URL (default %(default)s)")
+    parser.add_argument("--spark-master", default=None, metavar="URL",
+                        help="Spark master URL, e.g. spark://host:7077; this process is the driver (default local[*])")
+    parser.add_argument("--spark-remote", default=None, metavar="sc://HOST:PORT",
+                        help="run changefeeds over Spark Connect: the Connect server's executors decode the binlog, "
+                             "this process plans the batches and writes the sinks (sparkcdc must be installed "
+                             "for the server's Python workers); not with --spark-master")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
     parser.add_argument("--log-file", default=None, help="log to this file instead of stderr")
     parser.add_argument("--config", default=None, metavar="TOML",
@@ -40,6 +45,20 @@ def register(subparsers) -> None:
     parser.add_argument("--cert-allowed-cn", default="",
                         help="comma-separated Common Names a client certificate must have (requires --ca)")
     parser.set_defaults(func=run_server)
+
+
+def _spark_mode(args: argparse.Namespace) -> tuple[str, str]:
+    """(spark master, Spark Connect URL): one of the two, validated."""
+    from sparkcdc.errors import ErrSparkRemoteInvalid
+    from sparkcdc.pipeline.connect_loop import validate_spark_remote
+
+    if args.spark_remote is None:
+        return args.spark_master or "local[*]", ""
+    if args.spark_master is not None:
+        raise ErrSparkRemoteInvalid(
+            "--spark-master and --spark-remote exclude each other: give --spark-master to drive Spark from this "
+            "process (local or a cluster), or --spark-remote sc://host:port to use a Spark Connect server")
+    return "local[*]", validate_spark_remote(args.spark_remote)
 
 
 def _security(args: argparse.Namespace):
@@ -86,6 +105,7 @@ def run_server(args: argparse.Namespace) -> int:
     from sparkcdc.server.capture import Capture, CaptureOptions
 
     try:
+        spark_master, spark_remote = _spark_mode(args)
         security = _security(args)
         capture = Capture(
             CaptureOptions(
@@ -93,7 +113,8 @@ def run_server(args: argparse.Namespace) -> int:
                 data_dir=args.data_dir,
                 upstream_uri=args.upstream_uri,
                 cluster_id=args.cluster_id,
-                spark_master=args.spark_master,
+                spark_master=spark_master,
+                spark_remote=spark_remote,
                 pd=args.pd,
                 capture_session_ttl=args.capture_session_ttl,
             )
@@ -104,7 +125,12 @@ def run_server(args: argparse.Namespace) -> int:
     log = logging.getLogger("sparkcdc.server")
     log.info("starting capture %s for upstream %s", capture.id, capture.upstream.masked_uri())
     log.info("%s", decoder_description())
-    capture.open()
+    try:
+        capture.open()
+    except SparkCDCError as exc:  # e.g. an unreachable Spark Connect server
+        print(f"Error: {exc}", file=sys.stderr)
+        capture.close()
+        return 1
     try:
         api = serve(args.addr, capture.store, capture, security, capture.verify_user)
     except SparkCDCError as exc:

@@ -6,6 +6,10 @@ the single source of truth for where a changefeed resumes: each (re)start plans 
 fresh Spark checkpoint, so pause/resume, `--overwrite-checkpoint-ts` and a crash all resume the
 same way.
 
+Over Spark Connect (`sparkcdc server --spark-remote`) `foreachBatch` would run on the Connect
+server, away from the sink and the metadata store, so there the capture drives the same
+batches itself (pipeline/connect_loop.py) and the Connect server's executors decode them.
+
 When a query fails, other changefeeds keep running. A retryable failure (downstream or upstream
 unreachable, connection lost, lock wait or deadlock) puts the changefeed in `warning` with the
 error shown and restarts it from its checkpoint with backoff, as TiCDC does; the first batch that
@@ -29,6 +33,7 @@ from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_co
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
+from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
@@ -125,6 +130,7 @@ class ChangefeedRunner:
 
     def start(self, info: ChangefeedInfo) -> None:
         key = (info.namespace, info.id)
+        parallelism = self._parallelism()  # over Spark Connect a query: not under the lock
         with self._lock:
             if key in self._running:
                 return
@@ -143,7 +149,7 @@ class ChangefeedRunner:
                 start_ts=status.checkpoint_ts,
                 target_ts=info.target_ts,
                 server_id_base=server_id_base,
-                parallelism=max(1, self._spark.sparkContext.defaultParallelism),
+                parallelism=parallelism,
                 filter_rules=tuple(config.filter.rules),
                 case_sensitive=config.case_sensitive,
                 force_replicate=config.force_replicate,
@@ -157,16 +163,22 @@ class ChangefeedRunner:
             except BaseException:
                 _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
                 raise
-            query = (
-                self._spark.readStream.format(SOURCE_NAME)
-                .options(**options.to_options())
-                .load()
-                .writeStream.queryName(f"changefeed-{info.namespace}-{info.id}")
-                .foreachBatch(self._batch_writer(info, config, sink, *extras))
-                .option("checkpointLocation", checkpoint_dir)
-                .trigger(processingTime=self._trigger)
-                .start()
-            )
+            name = f"changefeed-{info.namespace}-{info.id}"
+            if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
+                query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path),
+                                         self._batch_writer(info, config, sink, *extras),
+                                         trigger_seconds(self._trigger), name).start()
+            else:
+                query = (
+                    self._spark.readStream.format(SOURCE_NAME)
+                    .options(**options.to_options())
+                    .load()
+                    .writeStream.queryName(name)
+                    .foreachBatch(self._batch_writer(info, config, sink, *extras))
+                    .option("checkpointLocation", checkpoint_dir)
+                    .trigger(processingTime=self._trigger)
+                    .start()
+                )
             self._running[key] = _Running(query, sink, stopping, extras)
             if info.state == "warning" and key not in self._retrying:  # a warning from before a restart
                 self._retrying[key] = _Retrying(_error_time(info.error) or self._clock())
@@ -174,6 +186,12 @@ class ChangefeedRunner:
             target=self._watch, args=(key, query, stopping), name=f"watch-{info.id}", daemon=True
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
+
+    def _parallelism(self) -> int:
+        """How many binlog ranges a batch is cut into: the cores Spark has for this session."""
+        if is_connect_session(self._spark):
+            return connect_parallelism(self._spark)
+        return max(1, self._spark.sparkContext.defaultParallelism)
 
     def _consistency_writers(self, info: ChangefeedInfo, config: ReplicaConfig) -> tuple:
         """The redo writer and the syncpoint writer of a MySQL-sink changefeed (None when off)."""

@@ -29,6 +29,31 @@ def cluster_env() -> dict[str, str]:
                 PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
 
 
+def start_spark_jvm(work_dir: str, name: str, main_class: str, *args: str) -> subprocess.Popen:
+    """A Spark daemon (master, worker) on pyspark's jars, logging to <work_dir>/<name>.log."""
+    classpath = os.path.join(spark_home(), "jars", "*")
+    return spawn_logged(work_dir, name, ["java", "-Xmx512m", "-cp", classpath, main_class, *args])
+
+
+def spawn_logged(work_dir: str, name: str, argv: list[str]) -> subprocess.Popen:
+    """A process in its own session with cluster_env(), stdout and stderr to <work_dir>/<name>.log."""
+    with open(os.path.join(work_dir, f"{name}.log"), "ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=cluster_env(), start_new_session=True)
+
+
+def stop_processes(processes: list[subprocess.Popen]) -> None:
+    """SIGTERM each process group (newest first), SIGKILL what outlives 30 s; empties the list."""
+    for process in reversed(processes):
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
+    processes.clear()
+
+
 @dataclass
 class StandaloneCluster:
     work_dir: str
@@ -44,10 +69,7 @@ class StandaloneCluster:
         return f"spark://127.0.0.1:{self.port}"
 
     def _java(self, name: str, main_class: str, *args: str) -> subprocess.Popen:
-        log = open(os.path.join(self.work_dir, f"{name}.log"), "ab")
-        classpath = os.path.join(spark_home(), "jars", "*")
-        process = subprocess.Popen(["java", "-Xmx512m", "-cp", classpath, main_class, *args], stdout=log,
-                                   stderr=subprocess.STDOUT, env=cluster_env(), start_new_session=True)
+        process = start_spark_jvm(self.work_dir, name, main_class, *args)
         self._processes.append(process)
         return process
 
@@ -87,12 +109,4 @@ class StandaloneCluster:
         return "\n".join(text)
 
     def stop(self) -> None:
-        for process in reversed(self._processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=30)
-        self._processes.clear()
+        stop_processes(self._processes)

@@ -1,0 +1,231 @@
+"""Spark Connect mode: the capture drives each changefeed's micro-batches itself.
+
+Over Spark Connect a `foreachBatch` function runs in a Python process on the Connect server,
+where the changefeed's sink, metadata store and transaction index are not. So the capture plays
+the streaming engine's part: every trigger interval it plans the next batch from the transaction
+index with the stream reader's own functions (`plan_batch_end`, `plan_partitions`), and the
+Connect server's executors decode the batch's binlog ranges in a batch read of a Python data
+source whose option carries that plan. The read's DataFrame goes to the very batch writer
+`foreachBatch` calls (its `toArrow()` runs the read and brings the rows back to the capture), so
+writing, checkpoints and failure handling are the ones of local and cluster mode.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import pickle
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteUnreachable
+from sparkcdc.pipeline.source import (
+    ROW_SCHEMA,
+    BinlogStreamReader,
+    SourceOptions,
+    _MarkerPartition,
+    plan_batch_end,
+    plan_partitions,
+)
+
+log = logging.getLogger(__name__)
+
+BATCH_SOURCE_NAME = "sparkcdc_binlog_batch"
+PLAN_OPTION = "plan"
+# How long stop() waits for the batch in flight (Spark's spark.sql.streaming.stopTimeout here too).
+STOP_TIMEOUT_SECONDS = 30.0
+
+
+def validate_spark_remote(url: str) -> str:
+    """The Spark Connect URL, checked at the edge: `sc://host:port` (parameters after `/;` allowed)."""
+    if not re.fullmatch(r"sc://[^/:;\s]+(:\d+)?(/(;[^;\s]+)*)?", url or ""):
+        raise ErrSparkRemoteInvalid(
+            f"--spark-remote {(url or '').split(';', 1)[0]!r} is not a Spark Connect URL; give sc://host:port, "
+            "e.g. sc://127.0.0.1:15002 (the port of the server started by sbin/start-connect-server.sh)")
+    return url
+
+
+def masked_remote(url: str) -> str:
+    """The URL without its parameters (a `;token=...` must not reach the logs)."""
+    return url.split("/;", 1)[0].rstrip("/")
+
+
+def make_connect_session(remote: str):
+    """A Spark Connect session on `remote` with the planned-batch source registered.
+
+    Its first calls run a tiny job, which fails fast on an unreachable server and takes the cold
+    server's first-job cost off the first changefeed; a read of an empty batch then starts the
+    server's Python workers (importing sparkcdc there) in the background."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(validate_spark_remote(remote)).getOrCreate()
+    try:
+        spark.dataSource.register(PlannedBinlogSource)
+        parallelism = connect_parallelism(spark)
+    except Exception as exc:
+        spark.stop()
+        raise ErrSparkRemoteUnreachable(
+            f"cannot use the Spark Connect server at {masked_remote(remote)}: {_first_line(exc)}; start it "
+            "(sbin/start-connect-server.sh of the Spark installation) or fix --spark-remote") from None
+    log.info("Spark Connect server %s: parallelism %d", masked_remote(remote), parallelism)
+    threading.Thread(target=_warm_up, args=(spark,), name="connect-warm-up", daemon=True).start()
+    return spark
+
+
+def _warm_up(spark) -> None:
+    began = time.monotonic()
+    try:
+        plan = BatchPlan(SourceOptions(index_path="", upstream_uri="", start_ts=0), (_MarkerPartition(0, 1),))
+        rows = spark.read.format(BATCH_SOURCE_NAME).option(PLAN_OPTION, plan.encode()).load().toArrow().num_rows
+        log.info("Spark Connect warm-up read %d row in %.1fs", rows, time.monotonic() - began)
+    except Exception as exc:  # an optimisation only: the first batch then starts the workers
+        log.warning("Spark Connect warm-up failed: %s", _first_line(exc))
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:500] if lines else type(exc).__name__
+
+
+def is_connect_session(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def connect_parallelism(spark) -> int:
+    """The Connect server's default parallelism (a Connect session has no SparkContext to ask)."""
+    # A range without a partition count gets spark.default.parallelism partitions, all non-empty.
+    row = spark.sql("SELECT count(DISTINCT part) AS parts FROM "
+                    "(SELECT spark_partition_id() AS part FROM range(0, 100000))").collect()[0]
+    return max(1, int(row["parts"] or 1))
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One batch as planned by the capture: the changefeed's source options and its partitions."""
+
+    options: SourceOptions
+    partitions: tuple[InputPartition, ...]
+
+    def encode(self) -> str:
+        return base64.b64encode(pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+
+    @staticmethod
+    def decode(text: str) -> "BatchPlan":
+        plan = pickle.loads(base64.b64decode(text))
+        if not isinstance(plan, BatchPlan):
+            raise TypeError(f"the {PLAN_OPTION} option holds a {type(plan).__name__}, not a BatchPlan")
+        return plan
+
+
+class PlannedBinlogReader(DataSourceReader):
+    """Reads the partitions the capture planned, with the stream reader's own read()."""
+
+    def __init__(self, plan: BatchPlan):
+        self._plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return list(self._plan.partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return BinlogStreamReader(self._plan.options).read(partition)
+
+
+class PlannedBinlogSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return BATCH_SOURCE_NAME
+
+    def schema(self) -> str:
+        return ROW_SCHEMA
+
+    def reader(self, schema) -> DataSourceReader:
+        return PlannedBinlogReader(BatchPlan.decode(self.options[PLAN_OPTION]))
+
+
+_TRIGGER_UNITS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "second": 1.0,
+                  "seconds": 1.0, "minute": 60.0, "minutes": 60.0}
+
+
+def trigger_seconds(interval: str) -> float:
+    """A processingTime trigger interval such as "1 second" or "500 milliseconds", in seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", interval)
+    if not match or match.group(2) not in _TRIGGER_UNITS:
+        raise ValueError(f"trigger interval {interval!r}: give a number and a unit (ms, seconds, minutes)")
+    return float(match.group(1)) * _TRIGGER_UNITS[match.group(2)]
+
+
+class ConnectBatchLoop:
+    """A changefeed's micro-batches over Spark Connect, behind a StreamingQuery's
+    awaitTermination() and stop(), so the runner watches and stops it like a streaming query.
+
+    Batch n+1 starts where batch n ended, from the options' start_ts, as the stream reader's
+    offsets do; the sink moves the checkpoint. A trigger with nothing new runs no batch."""
+
+    def __init__(self, spark, options: SourceOptions, index, write: Callable[[object, int], None],
+                 trigger_interval: float, name: str):
+        self._spark = spark
+        self._options = options
+        self._index = index
+        self._write = write
+        self._interval = trigger_interval
+        self.name = name
+        self._tag = f"sparkcdc-{uuid.uuid4().hex}"
+        self._stopping = threading.Event()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> "ConnectBatchLoop":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        # Tags are per thread: stop() interrupts this loop's read, and only it.
+        self._spark.addTag(self._tag)
+        try:
+            start, batch_id, warned = self._options.start_ts, 0, set()
+            while not self._stopping.is_set():
+                began = time.monotonic()
+                end = plan_batch_end(self._index, start, self._options.target_ts, self._options.max_batch_bytes)
+                if end > start:
+                    partitions = plan_partitions(self._index, self._options, start, end, warned)
+                    self._write(self._batch_frame(BatchPlan(self._options, tuple(partitions))), batch_id)
+                    batch_id += 1
+                    start = end
+                self._stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
+        except BaseException as exc:  # the runner's watcher reads it from awaitTermination()
+            if not self._stopping.is_set():
+                self._error = exc
+        finally:
+            self._done.set()
+
+    def _batch_frame(self, plan: BatchPlan):
+        return self._spark.read.format(BATCH_SOURCE_NAME).option(PLAN_OPTION, plan.encode()).load()
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        """Block until the loop ends; raise what ended it unless it was stopped."""
+        if not self._done.wait(timeout):
+            return False
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if threading.current_thread() is self._thread or not self._thread.is_alive():
+            return
+        try:
+            self._spark.interruptTag(self._tag)  # the batch's read, if one is running
+        except Exception as exc:
+            log.warning("could not interrupt the Spark Connect read of %s: %s", self.name, exc)
+        self._thread.join(STOP_TIMEOUT_SECONDS)
+        if self._thread.is_alive():
+            log.warning("%s did not stop within %.0fs; its batch is still being written", self.name,
+                        STOP_TIMEOUT_SECONDS)
