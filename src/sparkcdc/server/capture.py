@@ -42,6 +42,7 @@ class CaptureOptions:
     upstream_uri: str
     cluster_id: str = "default"
     spark_master: str = "local[*]"
+    spark_remote: str = ""  # sc://host:port: changefeeds over Spark Connect instead of a local driver
     trigger_interval: str = "1 second"
     pd: str = ""  # etcd endpoint: cluster mode; empty: single node on SQLite
     capture_session_ttl: int = 10
@@ -88,7 +89,12 @@ class Capture:
             log.error("upstream not ready: %s", exc)
         from sparkcdc.pipeline.runner import ChangefeedRunner, make_spark_session
 
-        self._spark = make_spark_session(self.options.spark_master)
+        if self.options.spark_remote:
+            from sparkcdc.pipeline.connect_loop import make_connect_session
+
+            self._spark = make_connect_session(self.options.spark_remote)
+        else:
+            self._spark = make_spark_session(self.options.spark_master)
         self._runner = ChangefeedRunner(
             self._spark,
             self.store,
