@@ -1,0 +1,230 @@
+"""Spark Connect mode without a server: the --spark-remote checks, the batch plan that travels in
+the read's option, and the capture-side loop that plans and writes the batches."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+
+import pytest
+
+from sparkcdc.cli.server_cmd import _spark_mode
+from sparkcdc.errors import ErrSparkRemoteInvalid
+from sparkcdc.model.events import ColumnInfo, TableInfo
+from sparkcdc.pipeline.connect_loop import (
+    BATCH_SOURCE_NAME,
+    PLAN_OPTION,
+    BatchPlan,
+    ConnectBatchLoop,
+    PlannedBinlogReader,
+    masked_remote,
+    trigger_seconds,
+    validate_spark_remote,
+)
+from sparkcdc.pipeline.source import (
+    RANGE_MARKER,
+    BinlogStreamReader,
+    SourceOptions,
+    _MarkerPartition,
+    _RangePartition,
+    plan_partitions,
+)
+
+from test_pipeline_planning import FakeIndex, txn
+
+KEYED = TableInfo("db", "keyed", 1, (ColumnInfo("id", "int", nullable=False, is_primary_key=True),), 1, ("id",))
+
+
+class TablesIndex(FakeIndex):
+    def tables_at(self, ts):
+        return self.tables
+
+
+def options(**overrides) -> SourceOptions:
+    values = dict(index_path="unused", upstream_uri="mysql://cdc:s3cret-pw@db:3306/", start_ts=5, parallelism=2,
+                  server_id_base=500)
+    values.update(overrides)
+    return SourceOptions(**values)
+
+
+# -- --spark-remote at the edge ------------------------------------------------------------------
+
+@pytest.mark.parametrize("url", ["sc://127.0.0.1:15002", "sc://spark-connect", "sc://h:1/;token=abc;use_ssl=true"])
+def test_spark_connect_urls_are_accepted(url):
+    assert validate_spark_remote(url) == url
+
+
+@pytest.mark.parametrize("url", ["spark://h:7077", "sc//h:1", "", "http://h:15002", "sc://h:port", "sc://h:1 x"])
+def test_other_urls_are_refused_with_the_fix(url):
+    with pytest.raises(ErrSparkRemoteInvalid, match=r"give sc://host:port"):
+        validate_spark_remote(url)
+
+
+def test_a_refused_url_does_not_echo_its_token():
+    with pytest.raises(ErrSparkRemoteInvalid) as error:
+        validate_spark_remote("sc://h:x/;token=s3cret")
+    assert "s3cret" not in str(error.value)
+    assert masked_remote("sc://h:1/;token=s3cret") == "sc://h:1"
+
+
+def args(master=None, remote=None) -> argparse.Namespace:
+    return argparse.Namespace(spark_master=master, spark_remote=remote)
+
+
+def test_spark_master_and_spark_remote_exclude_each_other():
+    assert _spark_mode(args()) == ("local[*]", "")
+    assert _spark_mode(args(master="spark://h:7077")) == ("spark://h:7077", "")
+    assert _spark_mode(args(remote="sc://h:15002")) == ("local[*]", "sc://h:15002")
+    with pytest.raises(ErrSparkRemoteInvalid, match="exclude each other"):
+        _spark_mode(args(master="local[2]", remote="sc://h:15002"))
+    with pytest.raises(ErrSparkRemoteInvalid, match="not a Spark Connect URL"):
+        _spark_mode(args(remote="spark://h:7077"))
+
+
+def test_trigger_intervals():
+    assert trigger_seconds("1 second") == 1.0
+    assert trigger_seconds("500 milliseconds") == 0.5
+    assert trigger_seconds("2 minutes") == 120.0
+    with pytest.raises(ValueError, match="unit"):
+        trigger_seconds("1 fortnight")
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+def test_the_loop_plans_the_partitions_the_stream_reader_plans():
+    index = TablesIndex([txn(10), txn(20), txn(30, ddl=True), txn(40)], resolved=50, tables=[KEYED])
+    planned = plan_partitions(index, options(), 5, 30, set())
+    reader = BinlogStreamReader(options())
+    reader._index = lambda: index
+    assert reader.partitions({"ts": 5}, {"ts": 30}) == planned
+    assert planned[0] == _MarkerPartition(5, 30)
+    ranges = [p.binlog_range for p in planned[1:]]
+    assert all(isinstance(p, _RangePartition) for p in planned[1:])
+    assert [r.commit_ts for r in ranges] == [(10,), (20,)]
+    assert [r.server_id for r in ranges] == [500, 501]
+    assert ranges[0].tables == {"db.keyed": KEYED.to_json()}
+    assert plan_partitions(index, options(), 30, 30, set()) == []
+
+
+def test_a_plan_travels_as_an_option_and_reads_its_marker_on_the_server_side():
+    index = TablesIndex([txn(10)], resolved=20, tables=[KEYED])
+    plan = BatchPlan(options(), tuple(plan_partitions(index, options(), 5, 20, set())))
+    text = plan.encode()
+    assert "s3cret-pw" not in text  # the upstream password is inside the pickle, not in clear text
+    reader = PlannedBinlogReader(BatchPlan.decode(text))
+    assert reader.partitions() == list(plan.partitions)
+    [marker] = list(reader.read(reader.partitions()[0]))
+    assert marker.to_pylist() == [{"commit_ts": 20, "seq": 5, "schema_name": "", "table_name": "",
+                                   "op": RANGE_MARKER, "before": None, "after": None}]
+
+
+def test_a_plan_option_that_is_no_plan_is_refused():
+    import base64
+    import pickle
+
+    with pytest.raises(TypeError, match="not a BatchPlan"):
+        BatchPlan.decode(base64.b64encode(pickle.dumps({"a": 1})).decode())
+
+
+# -- the loop (a recording stand-in for the Connect session: the real one is in the e2e) --------
+
+class Frame:
+    def __init__(self, plan: BatchPlan):
+        self.plan = plan
+
+
+class RecordingSession:
+    """Records the reads the loop asks for; `frame` is what load() returns."""
+
+    def __init__(self):
+        self.tags, self.interrupted, self.source, self.block = [], [], None, None
+
+    def addTag(self, tag):
+        self.tags.append(tag)
+
+    def interruptTag(self, tag):
+        self.interrupted.append(tag)
+        if self.block is not None:
+            self.block.set()
+
+    @property
+    def read(self):
+        session = self
+
+        class Reader:
+            def format(self, name):
+                session.source = name
+                return self
+
+            def option(self, key, value):
+                self.value = BatchPlan.decode(value) if key == PLAN_OPTION else None
+                return self
+
+            def load(self):
+                return Frame(self.value)
+
+        return Reader()
+
+
+def run_loop(index, write, session=None, interval=0.01, **option_overrides):
+    session = session or RecordingSession()
+    loop = ConnectBatchLoop(session, options(**option_overrides), index, write, interval, "changefeed-test")
+    return session, loop.start()
+
+
+def test_the_loop_runs_batch_after_batch_from_start_ts_and_skips_empty_triggers():
+    index = TablesIndex([txn(10), txn(20, ddl=True), txn(30)], resolved=40, tables=[KEYED])
+    seen, three = [], threading.Event()
+
+    def write(frame, batch_id):
+        seen.append((batch_id, frame.plan.partitions[0]))
+        if len(seen) == 2:
+            index.txns.append(txn(50))
+            index.resolved = 60
+        if len(seen) == 3:
+            three.set()
+
+    session, loop = run_loop(index, write)
+    assert three.wait(10)
+    loop.stop()
+    assert loop.awaitTermination(5)
+    assert seen == [(0, _MarkerPartition(5, 20)), (1, _MarkerPartition(20, 40)), (2, _MarkerPartition(40, 60))]
+    assert session.source == BATCH_SOURCE_NAME and session.tags
+
+
+def test_the_loop_stops_at_target_ts():
+    index = TablesIndex([txn(10), txn(30)], resolved=40, tables=[KEYED])
+    seen = []
+    session, loop = run_loop(index, lambda frame, batch_id: seen.append(frame.plan.partitions[0]), target_ts=20)
+    assert not loop.awaitTermination(0.3)  # it keeps triggering, with nothing past the target to read
+    loop.stop()
+    assert seen == [_MarkerPartition(5, 20)]
+
+
+def test_a_failed_batch_ends_the_loop_and_awaittermination_raises_it():
+    index = TablesIndex([txn(10)], resolved=20, tables=[KEYED])
+
+    def write(frame, batch_id):
+        raise RuntimeError("[SPARKCDC:ErrMySQLConnectionError] downstream gone")
+
+    _, loop = run_loop(index, write)
+    with pytest.raises(RuntimeError, match="downstream gone"):
+        loop.awaitTermination(5)
+
+
+def test_stop_interrupts_the_read_in_flight_and_swallows_its_error():
+    index = TablesIndex([txn(10)], resolved=20, tables=[KEYED])
+    session = RecordingSession()
+    session.block = threading.Event()
+    started = threading.Event()
+
+    def write(frame, batch_id):  # a toArrow() that runs until the server interrupts it
+        started.set()
+        session.block.wait(10)
+        raise RuntimeError("OPERATION_CANCELED")
+
+    _, loop = run_loop(index, write, session=session)
+    assert started.wait(5)
+    loop.stop()
+    assert session.interrupted == session.tags
+    assert loop.awaitTermination(5)  # stopped: no error
