@@ -45,3 +45,21 @@ def test_python_builder_keeps_order_images_and_nulls():
     assert [(r["commit_ts"], r["seq"], r["table_name"], r["op"], r["before"], r["after"]) for r in batch.to_pylist()] == [
         (7, 0, "t", "insert", None, ["1", None]), (7, 1, "u", "update", ["1", "a"], ["1", "b"]),
         (9, 0, "t", "delete", ["1", ""], None)]
+
+
+def test_rows_by_table_orders_groups_and_drops_the_marker():
+    from sparkcdc.pipeline.batch_sink import rows_by_table
+
+    builder = PythonBatchBuilder()
+    builder.add_changes([
+        RowChange(9, "db", "u", "insert", None, ("3",), 0),
+        RowChange(7, "db", "t", "update", ("1",), ("2",), 1),
+        RowChange(7, "db", "u", "delete", ("1",), None, 0),
+    ])
+    table = pa.Table.from_batches([marker_batch(5, 9), builder.finish()])
+    grouped = rows_by_table(table)
+    assert list(grouped) == [("db", "u"), ("db", "t")]  # first appearance in (commit_ts, seq) order
+    assert grouped[("db", "u")] == [RowChange(7, "db", "u", "delete", ("1",), None, 0),
+                                    RowChange(9, "db", "u", "insert", None, ("3",), 0)]
+    assert grouped[("db", "t")] == [RowChange(7, "db", "t", "update", ("1",), ("2",), 1)]
+    assert rows_by_table(pa.Table.from_batches([marker_batch(5, 9)])) == {}

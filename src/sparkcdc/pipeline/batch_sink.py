@@ -56,26 +56,25 @@ def batch_bounds(table: pa.Table) -> tuple[int, int] | None:
     return int(pc.min(markers["seq"]).as_py()), int(pc.max(markers["commit_ts"]).as_py())
 
 
+_ROW_COLUMNS = ("commit_ts", "seq", "schema_name", "table_name", "op", "before", "after")
+
+
 def rows_by_table(table: pa.Table) -> dict[tuple[str, str], list[RowChange]]:
-    """Row changes grouped by table, each list in (commit_ts, seq) order."""
-    rows = table.filter(pc.not_equal(table["op"], RANGE_MARKER))
-    if rows.num_rows == 0:
-        return {}
-    rows = rows.sort_by([("commit_ts", "ascending"), ("seq", "ascending")])
+    """Row changes grouped by table (in the order each table first appears), each list in
+    (commit_ts, seq) order."""
+    # The range marker rows are skipped in the loop: filtering them out first would copy every
+    # column once more. Building the RowChanges is most of the time (~4 us a row on a loaded
+    # 2-core machine); the Arrow sort and to_pylist are a third of it.
+    rows = table.sort_by([("commit_ts", "ascending"), ("seq", "ascending")])
     grouped: dict[tuple[str, str], list[RowChange]] = {}
-    columns = [rows[name].to_pylist() for name in rows.column_names]
-    for commit_ts, seq, schema, name, op, before, after in zip(*columns):
-        grouped.setdefault((schema, name), []).append(
-            RowChange(
-                commit_ts=commit_ts,
-                schema=schema,
-                table=name,
-                op=op,
-                before=tuple(before) if before is not None else None,
-                after=tuple(after) if after is not None else None,
-                seq=seq,
-            )
-        )
+    for commit_ts, seq, schema, name, op, before, after in zip(*(rows[c].to_pylist() for c in _ROW_COLUMNS)):
+        if op == RANGE_MARKER:
+            continue
+        changes = grouped.get((schema, name))
+        if changes is None:
+            changes = grouped[(schema, name)] = []
+        changes.append(RowChange(commit_ts, schema, name, op, None if before is None else tuple(before),
+                                 None if after is None else tuple(after), seq))
     return grouped
 
 
