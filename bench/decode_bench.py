@@ -34,7 +34,13 @@ from sparkcdc.testing.alltypes import COLUMN_NAMES, ROWS, create_alltypes  # noq
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.upstream import decoder_fixes  # noqa: E402,F401
 from sparkcdc.upstream.native_decode import native_module  # noqa: E402
-from sparkcdc.upstream.range_reader import TableLayout, native_row_changes, pure_row_changes  # noqa: E402
+from sparkcdc.upstream.range_reader import (  # noqa: E402
+    DEFAULT_BATCH_ROWS,
+    NativeBatchBuilder,
+    TableLayout,
+    native_row_changes,
+    pure_row_changes,
+)
 from sparkcdc.upstream.schema_reader import read_table_info  # noqa: E402
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
@@ -74,6 +80,7 @@ def one_pass(mariadb, start, end, table: str, info, mode: str, captured: list | 
     native = native_module()
     layouts: dict = {}
     rows = 0
+    builder = NativeBatchBuilder(native) if mode == "native arrow" else None
     cpu0 = time.process_time()
     reader = stream(mariadb, start, 990100 + hash(mode) % 1000)
     for event in reader:
@@ -85,8 +92,13 @@ def one_pass(mariadb, start, end, table: str, info, mode: str, captured: list | 
             else:
                 layout = layouts.get(event.table_id)
                 if layout is None:
-                    layout = layouts[event.table_id] = TableLayout(info, event.columns, native if mode == "native" else None)
-                if mode == "native":
+                    layout = layouts[event.table_id] = TableLayout(
+                        info, event.columns, native if mode.startswith("native") else None)
+                if mode == "native arrow":
+                    builder.add_event(event, layout, 1, 0)
+                    if len(builder) >= DEFAULT_BATCH_ROWS:
+                        rows += builder.finish().num_rows
+                elif mode == "native":
                     if captured is not None:
                         known = 8 if event.event_type in (23, 24, 25) else 10
                         captured.append((layout.native, event.event_type, bytes(event.packet.packet._data[20:20 + event.event_size]),
@@ -98,7 +110,23 @@ def one_pass(mariadb, start, end, table: str, info, mode: str, captured: list | 
                         rows += 1
         if (reader.log_file, reader.log_pos) >= end:
             break
+    if builder is not None and len(builder):
+        rows += builder.finish().num_rows
     reader.close()
+    return rows, time.process_time() - cpu0
+
+
+def arrow_in_memory(captured: list) -> tuple[int, float]:
+    """The captured bodies through the native batch builder into record batches."""
+    builder = NativeBatchBuilder(native_module())
+    cpu0 = time.process_time()
+    rows = 0
+    for layout, event_type, body, extra in captured:
+        builder.add_body("sbtest", "t", layout, event_type, body, 0, len(body), extra, 1, 0)
+        if len(builder) >= DEFAULT_BATCH_ROWS:
+            rows += builder.finish().num_rows
+    if len(builder):
+        rows += builder.finish().num_rows
     return rows, time.process_time() - cpu0
 
 
@@ -138,8 +166,8 @@ def main() -> int:
         print(f"workload: {changes} row changes ({args.table}) in {time.monotonic() - t0:.1f}s")
         info = read_table_info(conn, "sbtest", table, 1, 0)
         print(f"load average before: {os.getloadavg()}")
-        modes = ["framing", "mysql-replication", "pure", "native"]
-        cpu: dict[str, list[float]] = {m: [] for m in modes + ["in-memory"]}
+        modes = ["framing", "mysql-replication", "pure", "native", "native arrow"]
+        cpu: dict[str, list[float]] = {m: [] for m in modes + ["in-memory", "arrow in memory"]}
         counted: dict[str, int] = {}
         for round_number in range(args.rounds):
             captured: list = []
@@ -147,20 +175,22 @@ def main() -> int:
                 rows, seconds = one_pass(mariadb, start, end, table, info, mode, captured if mode == "native" else None)
                 counted[mode] = rows
                 cpu[mode].append(seconds)
-            rows, seconds = in_memory(captured)
-            counted["in-memory"] = rows
-            cpu["in-memory"].append(seconds)
+            for name, run in (("in-memory", in_memory), ("arrow in memory", arrow_in_memory)):
+                rows, seconds = run(captured)
+                counted[name] = rows
+                cpu[name].append(seconds)
             print(f"round {round_number + 1}: " + ", ".join(f"{m} {cpu[m][-1]:.2f}s" for m in cpu))
         print(f"load average after: {os.getloadavg()}")
         rows = counted["mysql-replication"]
-        assert counted["pure"] == counted["native"] == counted["in-memory"] == rows, counted
+        assert counted["pure"] == counted["native"] == counted["native arrow"] == counted["in-memory"] == rows, counted
+        assert counted["arrow in memory"] == rows, counted
         framing = statistics.median(cpu["framing"])
         print(f"\n{rows} rows, {counted['framing']} ROWS events; median CPU seconds of {args.rounds} rounds")
         print(f"{'path':<22}{'CPU s':>8}{'rows/s/core':>14}{'decode only':>14}")
         rates = {}
-        for mode in modes[1:] + ["in-memory"]:
+        for mode in modes[1:] + ["in-memory", "arrow in memory"]:
             seconds = statistics.median(cpu[mode])
-            decode_only = seconds if mode == "in-memory" else max(seconds - framing, 1e-9)
+            decode_only = seconds if mode in ("in-memory", "arrow in memory") else max(seconds - framing, 1e-9)
             rates[mode] = (rows / seconds, rows / decode_only)
             print(f"{mode:<22}{seconds:>8.2f}{rows / seconds:>14,.0f}{rows / decode_only:>14,.0f}")
         print(f"{'framing (floor)':<22}{framing:>8.2f}{rows / framing:>14,.0f}")
@@ -169,6 +199,8 @@ def main() -> int:
               f"{rates['native'][1] / base_rate[1]:.1f}x decode only, "
               f"{rates['in-memory'][1] / base_rate[1]:.1f}x native in memory vs mysql-replication decode only")
         print(f"native / sparkcdc pure: {rates['native'][0] / rates['pure'][0]:.1f}x with framing")
+        print(f"native arrow / mysql-replication: {rates['native arrow'][0] / base_rate[0]:.1f}x with framing, "
+              f"{rates['native arrow'][1] / base_rate[1]:.1f}x decode only")
     finally:
         mariadb.stop()
     return 0

@@ -241,16 +241,22 @@ class NativeBatchBuilder:
 
     def add_event(self, event, layout: TableLayout, commit_ts: int, seq: int) -> int:
         """Appends the event's rows with seq `seq`, `seq + 1`, ...; returns how many."""
-        code = self._table_code(layout.schema, layout.table)
         if layout.native is not None:
             data, start, end, extra = _raw_body(event)
-            return self._builder.add_event(layout.native, event.event_type, data, start, end, extra,
-                                           commit_ts, seq, code)
+            return self.add_body(layout.schema, layout.table, layout.native, event.event_type, data, start, end, extra,
+                                 commit_ts, seq)
+        code = self._table_code(layout.schema, layout.table)
         added = 0
         for change in pure_row_changes(event, layout, commit_ts, seq):
             self._builder.add_row(change.commit_ts, change.seq, code, _OP_CODES[change.op], change.before, change.after)
             added += 1
         return added
+
+    def add_body(self, schema: str, table: str, native_layout, event_type: int, data: bytes, start: int, end: int,
+                 post_header_extra: int, commit_ts: int, seq: int) -> int:
+        """Appends the rows of the ROWS event body `data[start:end]`, decoded with `native_layout`."""
+        return self._builder.add_event(native_layout, event_type, data, start, end, post_header_extra,
+                                       commit_ts, seq, self._table_code(schema, table))
 
     def finish(self) -> pa.RecordBatch:
         """The rows added so far as one batch; the builder starts empty again."""
