@@ -23,6 +23,13 @@ def test_forcing_the_pure_path(monkeypatch):
     assert "forced by SPARKCDC_PURE_PYTHON_DECODER" in native_decode.decoder_description()
 
 
+def test_an_outdated_build_falls_back_to_pure_python(monkeypatch):
+    monkeypatch.delenv(native_decode.FORCE_PURE_ENV, raising=False)
+    monkeypatch.setattr(native_decode, "_built_module", lambda: object())  # no ChangeBatchBuilder
+    assert native_decode.native_module() is None
+    assert "older than native/; rerun scripts/setup.sh" in native_decode.decoder_description()
+
+
 native = native_decode.native_module()
 needs_native = pytest.mark.skipif(native is None, reason="sparkcdc_native not built (scripts/setup.sh needs cargo)")
 

@@ -32,11 +32,21 @@ def native_module() -> Optional[Any]:
     """The native extension module, or None when it is not built or the pure path is forced."""
     if os.environ.get(FORCE_PURE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
         return None
+    module = _built_module()
+    return module if module is not None and _is_current(module) else None
+
+
+def _built_module() -> Optional[Any]:
     try:
         import sparkcdc_native
     except ImportError:
         return None
     return sparkcdc_native
+
+
+def _is_current(module: Any) -> bool:
+    # A build from an older native/ lacks the columnar builder the source needs.
+    return hasattr(module, "ChangeBatchBuilder")
 
 
 def decoder_description() -> str:
@@ -46,6 +56,8 @@ def decoder_description() -> str:
         return f"row decoder: native (sparkcdc_native {module.__version__})"
     if os.environ.get(FORCE_PURE_ENV):
         return f"row decoder: pure Python (forced by {FORCE_PURE_ENV})"
+    if _built_module() is not None:
+        return "row decoder: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh)"
     return "row decoder: pure Python (sparkcdc_native not built; run scripts/setup.sh with cargo installed)"
 
 
