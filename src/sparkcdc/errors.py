@@ -71,6 +71,7 @@ ErrAvroSchemaRegistry = _define("ErrAvroSchemaRegistry", 500)
 # Spark Connect mode (`sparkcdc server --spark-remote`).
 ErrSparkRemoteInvalid = _define("ErrSparkRemoteInvalid")
 ErrSparkRemoteUnreachable = _define("ErrSparkRemoteUnreachable", 503)
+ErrSparkRemoteSessionLost = _define("ErrSparkRemoteSessionLost", 500)
 # Redo log (TiCDC's codes).
 ErrConsistentStorage = _define("ErrConsistentStorage")
 ErrRedoFileOp = _define("ErrRedoFileOp", 500)

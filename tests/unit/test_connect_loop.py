@@ -228,3 +228,31 @@ def test_stop_interrupts_the_read_in_flight_and_swallows_its_error():
     loop.stop()
     assert session.interrupted == session.tags
     assert loop.awaitTermination(5)  # stopped: no error
+
+
+def test_an_unreachable_connect_server_is_a_clear_error_at_once():
+    import time
+
+    from sparkcdc.errors import ErrSparkRemoteUnreachable
+    from sparkcdc.pipeline.connect_loop import make_connect_session
+    from sparkcdc.testing.server_process import free_port
+
+    began = time.monotonic()
+    with pytest.raises(ErrSparkRemoteUnreachable, match=r"cannot reach the Spark Connect server at sc://127.0.0.1:\d+ "):
+        make_connect_session(f"sc://127.0.0.1:{free_port()}/;token=s3cret")
+    assert time.monotonic() - began < 10
+
+
+def test_a_lost_connect_server_is_retryable_and_a_lost_session_is_not():
+    from sparkcdc.pipeline.connect_loop import as_changefeed_error
+    from sparkcdc.pipeline.runner import _short_error, is_retryable_failure
+
+    lost = RuntimeError('<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n'
+                        '\tdetails = "failed to connect to all addresses; Connection refused"\n>')
+    error = as_changefeed_error(lost)
+    assert "Connection refused" in str(error) and is_retryable_failure(_short_error(error))
+    gone = RuntimeError("(org.apache.spark.SparkSQLException) [INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid.")
+    error = as_changefeed_error(gone)
+    assert "restart `sparkcdc server`" in str(error) and not is_retryable_failure(_short_error(error))
+    other = ValueError("boom")
+    assert as_changefeed_error(other) is other

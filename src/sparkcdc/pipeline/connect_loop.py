@@ -16,6 +16,7 @@ import base64
 import logging
 import pickle
 import re
+import socket
 import threading
 import time
 import uuid
@@ -25,7 +26,7 @@ from typing import Callable, Iterator, Sequence
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteUnreachable
+from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, ErrSparkRemoteUnreachable
 from sparkcdc.pipeline.source import (
     ROW_SCHEMA,
     BinlogStreamReader,
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 BATCH_SOURCE_NAME = "sparkcdc_binlog_batch"
 PLAN_OPTION = "plan"
+DEFAULT_CONNECT_PORT = 15002  # Spark Connect's, for an sc:// URL without one
+CONNECT_RETRIES = 5  # gRPC retries of one call (backoff 50 ms x4 each time, at most 10 s)
 # How long stop() waits for the batch in flight (Spark's spark.sql.streaming.stopTimeout here too).
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -64,8 +67,13 @@ def make_connect_session(remote: str):
     server's first-job cost off the first changefeed; a read of an empty batch then starts the
     server's Python workers (importing sparkcdc there) in the background."""
     from pyspark.sql import SparkSession
+    from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    spark = SparkSession.builder.remote(validate_spark_remote(remote)).getOrCreate()
+    _check_reachable(validate_spark_remote(remote))
+    spark = SparkSession.builder.remote(remote).getOrCreate()
+    # pyspark's default retries an unreachable server for ~10 min, stalling the changefeed
+    # silently; fail within ~half a minute instead, and let the runner's backoff restart it.
+    spark.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=10_000)])
     try:
         spark.dataSource.register(PlannedBinlogSource)
         parallelism = connect_parallelism(spark)
@@ -87,6 +95,33 @@ def _warm_up(spark) -> None:
         log.info("Spark Connect warm-up read %d row in %.1fs", rows, time.monotonic() - began)
     except Exception as exc:  # an optimisation only: the first batch then starts the workers
         log.warning("Spark Connect warm-up failed: %s", _first_line(exc))
+
+
+def _check_reachable(remote: str) -> None:
+    """Fail at once on a refused or unresolvable address (the gRPC client would retry for long)."""
+    address = masked_remote(remote)[len("sc://"):]
+    host, _, port = address.partition(":")
+    try:
+        socket.create_connection((host, int(port or DEFAULT_CONNECT_PORT)), timeout=10).close()
+    except OSError as exc:
+        raise ErrSparkRemoteUnreachable(
+            f"cannot reach the Spark Connect server at {masked_remote(remote)} ({exc.strerror or exc}); start it "
+            "(sbin/start-connect-server.sh of the Spark installation) or fix --spark-remote") from None
+
+
+def as_changefeed_error(exc: BaseException) -> BaseException:
+    """A lost Spark Connect server as our retryable error; anything else as it is."""
+    text = str(exc)
+    if "StatusCode.UNAVAILABLE" in text:
+        detail = re.search(r'details = "([^"]*)"', text)
+        return ErrSparkRemoteUnreachable(
+            f"the Spark Connect server is unreachable ({detail.group(1) if detail else 'UNAVAILABLE'}); the changefeed "
+            "restarts from its checkpoint when it is back")
+    if "INVALID_HANDLE.SESSION" in text:
+        return ErrSparkRemoteSessionLost(
+            f"the Spark Connect server no longer knows this capture's session ({_first_line(exc)}), e.g. it restarted; "
+            "restart `sparkcdc server` to open a new session, then resume the changefeed")
+    return exc
 
 
 def _first_line(exc: BaseException) -> str:
@@ -202,7 +237,7 @@ class ConnectBatchLoop:
                 self._stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
         except BaseException as exc:  # the runner's watcher reads it from awaitTermination()
             if not self._stopping.is_set():
-                self._error = exc
+                self._error = as_changefeed_error(exc)
         finally:
             self._done.set()
 

@@ -389,11 +389,11 @@ def _short_error(exc: BaseException) -> str:
     return (lines[0] if lines else repr(exc))[:2000]
 
 
-# A storage backend or redo storage briefly unreachable passes by itself, as in TiCDC; a storage
+# A storage backend, redo storage or Spark Connect server briefly unreachable passes by itself, as in TiCDC; a storage
 # error that retrying cannot fix (a file where a directory must be, access denied) is ErrStorageIO.
 _RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable",
                               "SPARKCDC:ErrKafkaSendMessage", "SPARKCDC:ErrStorageUnavailable",
-                              "SPARKCDC:ErrRedoFileOp"})
+                              "SPARKCDC:ErrRedoFileOp", "SPARKCDC:ErrSparkRemoteUnreachable"})
 # Spark's own transient failures on a loaded machine: a Python worker that did not connect back
 # in time, a Py4J socket timeout. (MySQL errors are classified by number, in error_codes.py.)
 _TRANSIENT_SPARK_TEXT = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET", "SocketTimeoutException",
