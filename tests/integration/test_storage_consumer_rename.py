@@ -14,7 +14,7 @@ from sparkcdc.config.replica import SinkConfig
 from sparkcdc.consumer.storage_reader import rebuild_tables
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
-from sparkcdc.schema.catalog import Catalog
+from sparkcdc.schema.catalog import Catalog, TableDef
 from sparkcdc.schema.store import SchemaStore, split_ddl
 from sparkcdc.sink.storage import StorageSink
 
@@ -149,7 +149,6 @@ def test_rename_of_a_table_from_before_the_changefeed(mariadb, tmp_path):
         ColumnInfo("tier", "enum", nullable=False, elements=("basic", "gold")),
         ColumnInfo("tags", "set", elements=("x", "y"))), ts(0), handle_key=("id",))
     feed.store.catalog.databases[DATABASE] = "utf8mb4"
-    from sparkcdc.schema.catalog import TableDef
     feed.store.catalog.tables[(DATABASE, "legacy")] = TableDef.from_table_info(legacy, "utf8mb4")
     feed.tables["legacy"] = legacy
     feed.rows(1, "legacy", ("insert", None, ("1", "gold", "x,y")))
