@@ -115,7 +115,7 @@ def main() -> int:
         server.cli("changefeed", "create", "-c", CHANGEFEED, "--start-ts", str(start_ts), "--sink-uri",
                    f"file://{sink_dir}?protocol={args.protocol}"
                    + ("&enable-tidb-extension=true" if args.protocol == "canal-json" else ""))
-        state = ""
+        state, info = "", {}
         while time.monotonic() - began < args.timeout:
             info = server.api("GET", f"/api/v2/changefeeds/{CHANGEFEED}")
             state = info.get("state", "")
@@ -131,7 +131,14 @@ def main() -> int:
               f"(server + Spark JVM + Python workers); MariaDB peak RSS {mib(upstream_peak)}; "
               f"load average after: {os.getloadavg()}", flush=True)
         if not done:
-            print(f"see {server.log_path or os.path.join(base, 'cdc', 'server.log')}")
+            log_path = server.log_path or os.path.join(base, "cdc", "server.log")
+            with open(log_path, encoding="utf-8", errors="replace") as f:
+                out_of_memory = "java.lang.OutOfMemoryError" in f.read()
+            print(f"changefeed error: {str(info.get('error'))[:400]}")
+            if out_of_memory:
+                print("the Spark JVM ran out of heap (java.lang.OutOfMemoryError): the whole transaction is one "
+                      "micro-batch, collected to the driver")
+            print(f"see {log_path}")
             return 1
         rows = sink_rows(sink_dir, args.protocol)
         print(f"sink holds {rows:,} row changes (expected {args.rows:,}); peak RSS across sparkcdc's processes "
