@@ -63,9 +63,9 @@ def masked_remote(url: str) -> str:
 def make_connect_session(remote: str):
     """A Spark Connect session on `remote` with the planned-batch source registered.
 
-    Its first calls run a tiny job, which fails fast on an unreachable server and takes the cold
-    server's first-job cost off the first changefeed; a read of an empty batch then starts the
-    server's Python workers (importing sparkcdc there) in the background."""
+    Its first calls register the source and read the server's parallelism; a read of an empty
+    batch then starts the server's Python workers (importing sparkcdc there) in the background,
+    so the first changefeed does not pay for them alone."""
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
@@ -134,8 +134,14 @@ def is_connect_session(spark) -> bool:
 
 
 def connect_parallelism(spark) -> int:
-    """The Connect server's default parallelism (a Connect session has no SparkContext to ask)."""
-    # A range without a partition count gets spark.default.parallelism partitions, all non-empty.
+    """The Connect server's default parallelism (a Connect session has no SparkContext to ask).
+
+    A range without a partition count gets spark.default.parallelism splits; its physical plan
+    says how many without running a job (a job on a cold server costs tens of seconds)."""
+    plan = spark.range(0, 1 << 20)._explain_string()
+    match = re.search(r"splits=(\d+)", plan)
+    if match:
+        return max(1, int(match.group(1)))
     row = spark.sql("SELECT count(DISTINCT part) AS parts FROM "
                     "(SELECT spark_partition_id() AS part FROM range(0, 100000))").collect()[0]
     return max(1, int(row["parts"] or 1))
