@@ -82,11 +82,13 @@ class Capture:
     # -- lifecycle ---------------------------------------------------------------------------
     def open(self) -> None:
         """Start the puller and the Spark session, and resume every running changefeed."""
+        began = time.monotonic()
         try:
             self._ensure_puller()
         except SparkCDCError as exc:
             # The server still serves its API (and its data); creating a changefeed retries.
             log.error("upstream not ready: %s", exc)
+        puller_ready = time.monotonic()
         from sparkcdc.pipeline.runner import ChangefeedRunner, make_spark_session
 
         if self.options.spark_remote:
@@ -95,6 +97,9 @@ class Capture:
             self._spark = make_connect_session(self.options.spark_remote)
         else:
             self._spark = make_spark_session(self.options.spark_master)
+        log.info("puller ready in %.1fs, Spark session in %.1fs", puller_ready - began, time.monotonic() - puller_ready)
+        if self.cluster is not None and not self.options.spark_remote:
+            self._warm_up_spark()
         self._runner = ChangefeedRunner(
             self._spark,
             self.store,
@@ -119,6 +124,13 @@ class Capture:
                     self._runner.start(info)
                 except Exception as exc:
                     log.error("could not restart changefeed %s: %s", info.id, exc)
+
+    def _warm_up_spark(self) -> None:
+        """In a cluster any capture may take over a changefeed at any time: warm Spark now, in the
+        background, so that takeover does not also pay for Spark's first streaming query."""
+        from sparkcdc.server.warmup import start_warm_up
+
+        start_warm_up(self._spark)
 
     def close(self) -> None:
         self._closed.set()

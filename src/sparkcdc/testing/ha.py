@@ -8,6 +8,7 @@ servers' logs into the time windows in which each capture wrote a changefeed's b
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import threading
 import time
@@ -37,6 +38,10 @@ def wait_until(predicate: Callable, timeout: float, what: str, interval: float =
         time.sleep(interval)
 
 
+WARM_UP_DONE = b"Spark warm-up done"
+WARM_UP_FAILED = b"Spark warm-up failed"
+
+
 class HACluster:
     def __init__(self, etcd: EtcdServer, servers: list[ServerProcess]):
         self.etcd = etcd
@@ -44,14 +49,39 @@ class HACluster:
         self.client = EtcdClient(etcd.endpoint, timeout=2.0)
         self.keys = ClusterKeys(NAMESPACE)
         self.killed: set[str] = set()  # capture ids killed by the test: never live again
+        self._log_offsets: dict[int, int] = {}  # server port -> where its current run's log begins
+
+    def start(self, server: ServerProcess, timeout: float = 240) -> ServerProcess:
+        """Start (or restart, on the same data dir and port) one server; returns once it serves."""
+        log_path = self.log_path(server)
+        self._log_offsets[server.port] = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        return server.start(timeout=timeout)
 
     def start_all(self, timeout: float = 240) -> None:
         with ThreadPoolExecutor(len(self.servers)) as pool:
-            list(pool.map(lambda s: s.start(timeout=timeout), self.servers))
+            list(pool.map(lambda s: self.start(s, timeout), self.servers))
+
+    @staticmethod
+    def log_path(server: ServerProcess) -> str:
+        return server.log_path or os.path.join(server.data_dir, "server.log")
+
+    def warm_up_result(self, server: ServerProcess) -> Optional[bool]:
+        """Whether the server's current run warmed its Spark (capture.py starts that at once):
+        True when done, False when it gave up (the server still works, cold), None until then."""
+        with open(self.log_path(server), "rb") as log:
+            log.seek(self._log_offsets.get(server.port, 0))
+            text = log.read()
+        if WARM_UP_DONE in text:
+            return True
+        return False if WARM_UP_FAILED in text else None
+
+    def ready_captures(self) -> dict[str, ServerProcess]:
+        """Live captures whose Spark warm-up has ended, so a takeover does not compete with it."""
+        return {cid: s for cid, s in self.live_captures().items() if self.warm_up_result(s) is not None}
 
     def stop_all(self) -> None:
-        for server in self.servers:
-            server.stop()
+        with ThreadPoolExecutor(len(self.servers)) as pool:
+            list(pool.map(lambda s: s.stop(), self.servers))
 
     # -- what etcd says ------------------------------------------------------------------------
     def captures(self) -> dict[str, ServerProcess]:

@@ -1,0 +1,122 @@
+"""Warm a capture's Spark at start, so the first changefeed it takes over does not start cold.
+
+A fresh SparkSession pays once for much of a streaming query's first batch: the Py4J callback
+server that runs `foreachBatch`, the Python daemon and its reused workers (spark.python.worker.reuse),
+importing sparkcdc's source and decoder modules in them, Arrow's conversion path and the JVM's
+first compilation of the streaming classes. A failover lands a changefeed on a capture that may
+never have run one. This runs one tiny micro-batch through a changefeed's path (the binlog
+source's range-marker batch, which needs no upstream, then `foreachBatch` and `toArrow`) in the
+background at capture start, so a takeover pays only for its own query.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+from typing import Iterator, Sequence
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from sparkcdc.pipeline.source import ROW_SCHEMA
+
+log = logging.getLogger(__name__)
+
+WARMUP_SOURCE_NAME = "sparkcdc_warmup"
+_WARMUP_END_TS = 1
+
+
+class _WarmupStreamReader(DataSourceStreamReader):
+    """One micro-batch (0, 1]: the binlog source's range-marker batch."""
+
+    def initialOffset(self) -> dict:
+        return {"ts": 0}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        return {"ts": _WARMUP_END_TS}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return [InputPartition(0)] if int(end["ts"]) > int(start["ts"]) else []
+
+    def read(self, partition: InputPartition) -> Iterator:
+        # The binlog source's own range-marker batch: the worker imports (and, reused, keeps)
+        # the source's read path and Spark takes the same Arrow route as a changefeed's rows.
+        from sparkcdc.pipeline.source import marker_batch
+
+        yield marker_batch(0, _WARMUP_END_TS)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class WarmupDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return WARMUP_SOURCE_NAME
+
+    def schema(self) -> str:
+        return ROW_SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return _WarmupStreamReader()
+
+
+def warm_up(spark, timeout: float = 300.0) -> float:
+    """Run one micro-batch through a streaming query like a changefeed's; the seconds it took."""
+    began = time.monotonic()
+    spark.dataSource.register(WarmupDataSource)
+    checkpoint_dir = tempfile.mkdtemp(prefix="sparkcdc-warmup-")
+    seen: list[int] = []
+
+    def write(df, batch_id: int) -> None:
+        seen.append(df.toArrow().num_rows)
+
+    try:
+        query = (spark.readStream.format(WARMUP_SOURCE_NAME).load()
+                 .writeStream.queryName("sparkcdc-warmup")
+                 .foreachBatch(write)
+                 .option("checkpointLocation", checkpoint_dir)
+                 .trigger(availableNow=True)
+                 .start())
+        try:
+            if not query.awaitTermination(timeout):
+                raise TimeoutError(f"the warm-up query did not finish within {timeout:.0f}s")
+        finally:
+            query.stop()
+    finally:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    if seen != [1]:
+        raise RuntimeError(f"the warm-up query saw batches of {seen} rows, expected one of 1")
+    return time.monotonic() - began
+
+
+def start_warm_up(spark, attempts: int = 3) -> threading.Thread:
+    """Warm `spark` in a daemon thread; a failure is logged, never raised (it is an optimisation).
+
+    Retried: on a loaded machine a query's first Python worker may miss Spark's 10 s deadline to
+    connect back, the very cost the warm-up is there to pay."""
+
+    def run() -> None:
+        began = time.monotonic()
+        for attempt in range(1, attempts + 1):
+            try:
+                seconds = warm_up(spark)
+            except Exception as exc:
+                if attempt < attempts:
+                    log.info("Spark warm-up attempt %d failed; retrying: %s", attempt, _first_line(exc))
+                    continue
+                log.warning("Spark warm-up failed (the first changefeed here starts cold): %s", _first_line(exc))
+                return
+            log.info("Spark warm-up done in %.1fs (last attempt %.1fs)", time.monotonic() - began, seconds)
+            return
+
+    thread = threading.Thread(target=run, name="spark-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else repr(exc)
