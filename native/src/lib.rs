@@ -634,6 +634,7 @@ impl RowLayout {
     }
 }
 
+#[allow(clippy::manual_is_multiple_of)] // is_multiple_of needs Rust 1.87
 fn push_bit(bitmap: &mut Vec<u8>, index: usize, set: bool) {
     if index % 8 == 0 {
         bitmap.push(0);
