@@ -209,7 +209,8 @@ def main() -> int:
                   f"p95 {percentile(idle_lags, 0.95):.2f}s  max {max(idle_lags):.2f}s ({len(idle_lags)} samples; "
                   f"target <= 2 s); load average: {os.getloadavg()}")
     finally:
-        watcher.stop() if watcher.is_alive() else None
+        if watcher.is_alive():
+            watcher.stop()
         if server is not None:
             server.stop()
         mariadb.stop()
