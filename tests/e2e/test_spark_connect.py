@@ -9,11 +9,13 @@ import re
 
 import pytest
 
-from sparkcdc.testing.compare import read_upstream_table, wait_for_row, wait_tables_equal
+from sparkcdc.consumer.storage_reader import rebuild_tables
+from sparkcdc.testing.compare import diff_tables, read_upstream_table, wait_for_row, wait_tables_equal
 from sparkcdc.testing.process_usage import process_tree
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.spark_connect import ConnectServer
 from sparkcdc.testing.workload import Workload
+from test_spark_cluster import wait_for_mark
 
 pytestmark = pytest.mark.e2e
 
@@ -79,3 +81,52 @@ def test_changefeed_runs_over_spark_connect(mariadb, mariadb_factory, tmp_path):
             server.stop()
     finally:
         connect.stop()
+
+
+@pytest.mark.skipif(not os.environ.get("SPARKCDC_RUN_CONNECT_RESTART_E2E"),
+                    reason="restarts the Connect server (two cold starts, ~3-5 min); SPARKCDC_RUN_CONNECT_RESTART_E2E=1")
+def test_changefeed_survives_a_connect_server_restart(mariadb, tmp_path):
+    connect = ConnectServer(str(tmp_path / "connect")).start()
+    try:
+        database = "e2e_connect_restart"
+        output = str(tmp_path / "out")
+        config = tmp_path / "cf.toml"
+        config.write_text(f'[filter]\nrules = ["{database}.*"]\n')
+        server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri,
+                               extra_args=("--spark-remote", connect.remote_url)).start()
+        try:
+            server.cli("changefeed", "create", "-c", "restart", "--config", str(config), "--no-confirm",
+                       "--sink-uri", f"file://{output}?protocol=canal-json&enable-tidb-extension=true")
+            up = mariadb.connect()
+            workload = Workload(up, database, seed=23)
+            workload.create_tables()
+            workload.run(40)
+            wait_for_rows(output, database, "customers")
+            connect.stop()  # the capture's session dies with it
+            workload.run(40)
+            connect.start()
+            workload.finish()
+            rebuilt = wait_for_mark(output, database, timeout=240)
+            for table in TABLES:
+                expected = read_upstream_table(up, database, table)
+                actual = {tuple(str(k) for k in key): row for key, row in rebuilt.get((database, table), {}).items()}
+                assert not diff_tables(expected, actual), f"{database}.{table} differs"
+            assert server.api("GET", "/api/v2/changefeeds/restart")["state"] == "normal"
+            with open(os.path.join(str(tmp_path / "cdc"), "server.log"), encoding="utf-8") as f:
+                log_text = f.read()
+            assert "opened a new Spark Connect session" in log_text
+        finally:
+            server.stop()
+    finally:
+        connect.stop()
+
+
+def wait_for_rows(root: str, database: str, table: str, timeout: float = 180.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.path.exists(os.path.join(root, "metadata")) and rebuild_tables(root, "canal-json").get((database, table)):
+            return
+        time.sleep(1)
+    raise AssertionError(f"no row of {database}.{table} reached {root} within {timeout}s")

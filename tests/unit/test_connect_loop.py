@@ -243,7 +243,7 @@ def test_an_unreachable_connect_server_is_a_clear_error_at_once():
     assert time.monotonic() - began < 10
 
 
-def test_a_lost_connect_server_is_retryable_and_a_lost_session_is_not():
+def test_a_lost_connect_server_is_retryable():
     from sparkcdc.pipeline.connect_loop import as_changefeed_error
     from sparkcdc.pipeline.runner import _short_error, is_retryable_failure
 
@@ -251,8 +251,75 @@ def test_a_lost_connect_server_is_retryable_and_a_lost_session_is_not():
                         '\tdetails = "failed to connect to all addresses; Connection refused"\n>')
     error = as_changefeed_error(lost)
     assert "Connection refused" in str(error) and is_retryable_failure(_short_error(error))
-    gone = RuntimeError("(org.apache.spark.SparkSQLException) [INVALID_HANDLE.SESSION_CLOSED] The handle x is invalid.")
-    error = as_changefeed_error(gone)
-    assert "restart `sparkcdc server`" in str(error) and not is_retryable_failure(_short_error(error))
+    stopping = RuntimeError("(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.")
+    assert is_retryable_failure(_short_error(as_changefeed_error(stopping)))
     other = ValueError("boom")
     assert as_changefeed_error(other) is other
+
+
+def test_a_loop_that_lost_its_session_has_the_capture_open_a_new_one():
+    from sparkcdc.errors import ErrSparkRemoteSessionLost
+    from sparkcdc.pipeline.connect_loop import ConnectSession
+    from sparkcdc.pipeline.runner import _short_error, is_retryable_failure
+
+    old, new = RecordingSession(), RecordingSession()
+    old.stop = new.stop = lambda: None
+    opened = [old, new]
+    capture_session = ConnectSession("sc://h:1", open_session=lambda remote: opened.pop(0))
+    index = TablesIndex([txn(10)], resolved=20, tables=[KEYED])
+
+    def write(frame, batch_id):
+        raise RuntimeError("[INVALID_HANDLE.SESSION_CHANGED] The existing Spark server driver instance has restarted.")
+
+    _, loop = run_loop(index, write, session=capture_session)
+    with pytest.raises(ErrSparkRemoteSessionLost, match="on a new session") as error:
+        loop.awaitTermination(5)
+    assert is_retryable_failure(_short_error(error.value))
+    assert capture_session.session is new and old.source == BATCH_SOURCE_NAME and new.source is None
+    capture_session.renew(old)  # a second changefeed that saw the same session gone: nothing more to open
+    assert capture_session.session is new and opened == []
+
+
+@pytest.mark.parametrize("message", [
+    "[INVALID_HANDLE.SESSION_CHANGED] The existing Spark server driver instance has restarted.",
+    "[NO_ACTIVE_SESSION] No active Spark session found.",
+    "Received incorrect server side session identifier for request. Please create a new Spark Session to reconnect.",
+    "(org.apache.spark.SparkClassNotFoundException) [DATA_SOURCE_NOT_FOUND] Failed to find the data source: "
+    "sparkcdc_binlog_batch. Make sure the provider name is correct",
+])
+def test_what_pyspark_says_about_a_forgotten_session(message):
+    from sparkcdc.pipeline.connect_loop import is_session_lost
+
+    assert is_session_lost(RuntimeError(message))
+    assert not is_session_lost(RuntimeError("[SPARKCDC:ErrMySQLConnectionError] downstream gone"))
+
+
+def test_a_changefeed_restart_after_a_server_restart_asks_a_new_session():
+    from sparkcdc.errors import ErrSparkRemoteUnreachable
+    from sparkcdc.pipeline.connect_loop import ConnectSession, connect_parallelism
+
+    class PlanOnly:
+        def __init__(self, error=None):
+            self.error = error
+
+        def stop(self):
+            pass
+
+        def range(self, start, end):
+            session = self
+
+            class Frame:
+                def _explain_string(self):
+                    if session.error:
+                        raise session.error
+                    return "*(1) Range (0, 1048576, step=1, splits=3)"
+
+            return Frame()
+
+    forgotten = PlanOnly(RuntimeError("[INVALID_HANDLE.SESSION_CHANGED] The server restarted."))
+    opened = [forgotten, PlanOnly()]
+    capture_session = ConnectSession("sc://h:1", open_session=lambda remote: opened.pop(0))
+    assert connect_parallelism(capture_session) == 3 and opened == []
+    down = PlanOnly(RuntimeError('status = StatusCode.UNAVAILABLE\n\tdetails = "Connection refused"'))
+    with pytest.raises(ErrSparkRemoteUnreachable, match="Connection refused"):
+        connect_parallelism(ConnectSession("sc://h:1", open_session=lambda remote: down))

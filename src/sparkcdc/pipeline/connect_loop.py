@@ -60,23 +60,56 @@ def masked_remote(url: str) -> str:
     return url.split("/;", 1)[0].rstrip("/")
 
 
-def make_connect_session(remote: str):
-    """A Spark Connect session on `remote` with the planned-batch source registered.
+def make_connect_session(remote: str) -> "ConnectSession":
+    """The capture's Spark Connect session on `remote`, with the planned-batch source registered."""
+    return ConnectSession(validate_spark_remote(remote))
 
-    Its first calls register the source and read the server's parallelism; a read of an empty
-    batch then starts the server's Python workers (importing sparkcdc there) in the background,
-    so the first changefeed does not pay for them alone."""
+
+class ConnectSession:
+    """The capture's Spark Connect session, opened anew when the server has forgotten it (it
+    restarted): the changefeed that hit that restarts on the new one. Anything else is the
+    pyspark session's own."""
+
+    def __init__(self, remote: str, open_session: Callable[[str], object] | None = None):
+        self.remote = remote
+        self._open = open_session or _open_session
+        self._lock = threading.Lock()
+        self.session = self._open(remote)
+
+    def renew(self, lost) -> None:
+        """Replace `lost` with a new session (once, when several changefeeds saw it gone)."""
+        with self._lock:
+            if self.session is not lost:
+                return
+            try:
+                lost.stop()
+            except Exception:  # the server may not know it any more: nothing to release
+                pass
+            self.session = self._open(self.remote)
+            log.info("opened a new Spark Connect session on %s", masked_remote(self.remote))
+
+    def stop(self) -> None:
+        self.session.stop()
+
+    def __getattr__(self, name: str):
+        return getattr(self.session, name)
+
+
+def _open_session(remote: str):
+    """A new session with our source registered. Its first calls register the source and read the
+    server's parallelism; a read of an empty batch then starts the server's Python workers
+    (importing sparkcdc there) in the background, so the first changefeed does not pay for them alone."""
     from pyspark.sql import SparkSession
     from pyspark.sql.connect.client.retries import DefaultPolicy
 
-    _check_reachable(validate_spark_remote(remote))
-    spark = SparkSession.builder.remote(remote).getOrCreate()
+    _check_reachable(remote)
+    spark = SparkSession.builder.remote(remote).create()
     # pyspark's default retries an unreachable server for ~10 min, stalling the changefeed
     # silently; fail within ~half a minute instead, and let the runner's backoff restart it.
     spark.client.set_retry_policies([DefaultPolicy(max_retries=CONNECT_RETRIES, max_backoff=10_000)])
     try:
         spark.dataSource.register(PlannedBinlogSource)
-        parallelism = connect_parallelism(spark)
+        parallelism = _parallelism_of(spark)
     except Exception as exc:
         spark.stop()
         raise ErrSparkRemoteUnreachable(
@@ -109,19 +142,35 @@ def _check_reachable(remote: str) -> None:
             "(sbin/start-connect-server.sh of the Spark installation) or fix --spark-remote") from None
 
 
+# A Connect server shutting down fails the batch in flight with one of these.
+_SERVER_STOPPING_TEXT = ("stopped SparkContext", "SparkContext was shut down", "SparkContext has been shutdown")
+
+
 def as_changefeed_error(exc: BaseException) -> BaseException:
-    """A lost Spark Connect server as our retryable error; anything else as it is."""
+    """An unreachable Spark Connect server as our retryable error; anything else as it is."""
     text = str(exc)
+    if any(marker in text for marker in _SERVER_STOPPING_TEXT):
+        return ErrSparkRemoteUnreachable(
+            f"the Spark Connect server stopped during the batch ({_first_line(exc)}); the changefeed restarts "
+            "from its checkpoint when it is back")
     if "StatusCode.UNAVAILABLE" in text:
         detail = re.search(r'details = "([^"]*)"', text)
         return ErrSparkRemoteUnreachable(
             f"the Spark Connect server is unreachable ({detail.group(1) if detail else 'UNAVAILABLE'}); the changefeed "
             "restarts from its checkpoint when it is back")
-    if "INVALID_HANDLE.SESSION" in text:
-        return ErrSparkRemoteSessionLost(
-            f"the Spark Connect server no longer knows this capture's session ({_first_line(exc)}), e.g. it restarted; "
-            "restart `sparkcdc server` to open a new session, then resume the changefeed")
     return exc
+
+
+# What pyspark's client says once the server has forgotten the session (a restarted server): it
+# then closes its client for good, and only a new session works again.
+# A server that lost our source's registration (seen while it shut down) needs a new session too.
+_SESSION_LOST_TEXT = ("INVALID_HANDLE.SESSION", "NO_ACTIVE_SESSION", "create a new Spark Session",
+                      f"DATA_SOURCE_NOT_FOUND] Failed to find the data source: {BATCH_SOURCE_NAME}")
+
+
+def is_session_lost(exc: BaseException, session=None) -> bool:
+    closed = getattr(getattr(session, "client", None), "is_closed", False)
+    return closed is True or any(marker in str(exc) for marker in _SESSION_LOST_TEXT)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -130,16 +179,28 @@ def _first_line(exc: BaseException) -> str:
 
 
 def is_connect_session(spark) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
+    return isinstance(spark, ConnectSession) or type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def connect_parallelism(spark) -> int:
     """The Connect server's default parallelism (a Connect session has no SparkContext to ask).
 
-    A range without a partition count gets spark.default.parallelism splits; its physical plan
-    says how many without running a job (a job on a cold server costs tens of seconds)."""
-    plan = spark.range(0, 1 << 20)._explain_string()
-    match = re.search(r"splits=(\d+)", plan)
+    Asked at every changefeed (re)start: a forgotten session is opened anew first, an
+    unreachable server is the retryable ErrSparkRemoteUnreachable."""
+    session = getattr(spark, "session", spark)
+    try:
+        return _parallelism_of(session)
+    except Exception as exc:
+        if not (is_session_lost(exc, session) and isinstance(spark, ConnectSession)):
+            raise as_changefeed_error(exc) from None
+    spark.renew(session)
+    return _parallelism_of(spark.session)
+
+
+def _parallelism_of(spark) -> int:
+    # A range without a partition count gets spark.default.parallelism splits; its physical plan
+    # says how many without running a job (a job on a cold server costs tens of seconds).
+    match = re.search(r"splits=(\d+)", spark.range(0, 1 << 20)._explain_string())
     if match:
         return max(1, int(match.group(1)))
     row = spark.sql("SELECT count(DISTINCT part) AS parts FROM "
@@ -221,6 +282,7 @@ class ConnectBatchLoop:
         self._stopping = threading.Event()
         self._done = threading.Event()
         self._error: BaseException | None = None
+        self._session = getattr(spark, "session", spark)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> "ConnectBatchLoop":
@@ -229,7 +291,8 @@ class ConnectBatchLoop:
 
     def _run(self) -> None:
         # Tags are per thread: stop() interrupts this loop's read, and only it.
-        self._spark.addTag(self._tag)
+        session = self._session = getattr(self._spark, "session", self._spark)  # the capture's, now
+        session.addTag(self._tag)
         try:
             start, batch_id, warned = self._options.start_ts, 0, set()
             while not self._stopping.is_set():
@@ -243,12 +306,24 @@ class ConnectBatchLoop:
                 self._stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
         except BaseException as exc:  # the runner's watcher reads it from awaitTermination()
             if not self._stopping.is_set():
-                self._error = as_changefeed_error(exc)
+                lost = is_session_lost(exc, session)
+                self._error = ErrSparkRemoteSessionLost(
+                    f"the Spark Connect server no longer knows this capture's session ({_first_line(exc)}), e.g. "
+                    "it restarted; the changefeed restarts from its checkpoint on a new session"
+                ) if lost else as_changefeed_error(exc)
+                if lost and isinstance(self._spark, ConnectSession):
+                    self._renew(session)
         finally:
             self._done.set()
 
+    def _renew(self, lost) -> None:
+        try:
+            self._spark.renew(lost)
+        except Exception as exc:  # the restart tries again with backoff
+            self._error = as_changefeed_error(exc)
+
     def _batch_frame(self, plan: BatchPlan):
-        return self._spark.read.format(BATCH_SOURCE_NAME).option(PLAN_OPTION, plan.encode()).load()
+        return self._session.read.format(BATCH_SOURCE_NAME).option(PLAN_OPTION, plan.encode()).load()
 
     def awaitTermination(self, timeout: float | None = None) -> bool:
         """Block until the loop ends; raise what ended it unless it was stopped."""
@@ -263,7 +338,7 @@ class ConnectBatchLoop:
         if threading.current_thread() is self._thread or not self._thread.is_alive():
             return
         try:
-            self._spark.interruptTag(self._tag)  # the batch's read, if one is running
+            self._session.interruptTag(self._tag)  # the batch's read, if one is running
         except Exception as exc:
             log.warning("could not interrupt the Spark Connect read of %s: %s", self.name, exc)
         self._thread.join(STOP_TIMEOUT_SECONDS)

@@ -393,7 +393,8 @@ def _short_error(exc: BaseException) -> str:
 # error that retrying cannot fix (a file where a directory must be, access denied) is ErrStorageIO.
 _RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable",
                               "SPARKCDC:ErrKafkaSendMessage", "SPARKCDC:ErrStorageUnavailable",
-                              "SPARKCDC:ErrRedoFileOp", "SPARKCDC:ErrSparkRemoteUnreachable"})
+                              "SPARKCDC:ErrRedoFileOp", "SPARKCDC:ErrSparkRemoteUnreachable",
+                              "SPARKCDC:ErrSparkRemoteSessionLost"})
 # Spark's own transient failures on a loaded machine: a Python worker that did not connect back
 # in time, a Py4J socket timeout. (MySQL errors are classified by number, in error_codes.py.)
 _TRANSIENT_SPARK_TEXT = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET", "SocketTimeoutException",
