@@ -32,10 +32,11 @@ from sparkcdc.testing.ha import (HACluster, ThrottledLoad, concurrent_writes, up
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.workload import Workload
 
-# Opt-in: 404-517 s at load average 16-22 on 2 cores, over the suite's budget of 150 s. Each kill
-# is reassigned in 3.4-4.7 s and a round's checkpoints move in 10-26 s, but a round waits 36-86 s
-# for the previous round's killed runner to restart (serving after 21-52 s) and warm its Spark
-# (45-114 s after the kill): 11 Spark server starts at ~15 CPU s each.
+# Opt-in: 159 s (pytest) with nothing else running (load average ~2 before, ~8 from the test
+# itself), just over the suite's budget of 150 s; 289-517 s when other tests ran too (load 16-22).
+# Each kill is reassigned in 3.4-4.7 s and a round's checkpoints move in 8-9 s, but a round waits
+# 17-19 s for the previous round's killed runner to restart (serving after 12-14 s) and warm its
+# Spark (25-28 s after the kill): 11 Spark server starts at ~15 CPU s each.
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(etcd_binary() is None, reason="etcd-server is not installed (scripts/setup.sh)"),
               pytest.mark.skipif(os.environ.get("SPARKCDC_RUN_HA_E2E") != "1",
