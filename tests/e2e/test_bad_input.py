@@ -95,9 +95,14 @@ def test_a_failing_changefeed_shows_its_error_and_others_keep_running(server, ma
         time.sleep(1)
     assert state["state"] == "failed", state
     assert state["error"] and state["error"]["message"], state
-    healthy_state = json.loads(server.cli("changefeed", "query", "-c", "healthy").stdout)
-    assert healthy_state["state"] == "normal"
-    while time.monotonic() < deadline and not list(healthy.rglob("CDC*.csv")):
+    # The other changefeed keeps replicating. On a loaded machine it may pass through a retryable
+    # `warning` (a Python worker late to connect back) on its way; it must be `normal` with files.
+    while time.monotonic() < deadline:
+        healthy_state = json.loads(server.cli("changefeed", "query", "-c", "healthy").stdout)
+        if healthy_state["state"] == "normal" and list(healthy.rglob("CDC*.csv")):
+            break
+        assert healthy_state["state"] in ("normal", "warning"), healthy_state
         time.sleep(1)
+    assert healthy_state["state"] == "normal", healthy_state
     assert list(healthy.rglob("CDC*.csv")), "the healthy changefeed stopped replicating"
     server.api("GET", "/api/v2/health")
