@@ -62,6 +62,11 @@ class _Column:
     def base(self) -> str:
         return self.type.split(" ")[0]
 
+    @property
+    def lacks_members(self) -> bool:
+        """An ENUM/SET column whose members no schema file, query or table definition gave."""
+        return self.base in ("ENUM", "SET") and not self.elements
+
 
 def open_storage(root: str):
     """(fsspec file system, root path inside it) for a local path or a storage URI."""
@@ -201,12 +206,12 @@ def with_members(columns: tuple[_Column, ...], known: Optional[TableInfo]) -> tu
     if known is None:
         return columns
     elements = {c.name: c.elements for c in known.columns}
-    return tuple(replace(c, elements=elements.get(c.name, ())) if c.base in ("ENUM", "SET") and not c.elements
+    return tuple(replace(c, elements=elements.get(c.name, ())) if c.lacks_members
                  else c for c in columns)
 
 
 def missing_members(columns: tuple[_Column, ...]) -> bool:
-    return any(c.base in ("ENUM", "SET") and not c.elements for c in columns)
+    return any(c.lacks_members for c in columns)
 
 
 # -- value conversion -------------------------------------------------------------------
@@ -231,7 +236,7 @@ def _csv_value(column: _Column, text: Optional[str], csv) -> Optional[str]:
 def _canal_value(column: _Column, text: Optional[str]) -> Optional[str]:
     if text is None:
         return None
-    if column.base in ("ENUM", "SET") and not column.elements and text != "0":
+    if column.lacks_members and text != "0":
         raise ErrStorageIO(
             f"column {column.name} is {column.base} but its members are unknown: no schema file or "
             "DDL query of the table (or of the table it was renamed from) lists them; pass table_infos, "
