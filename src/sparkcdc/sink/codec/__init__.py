@@ -5,7 +5,9 @@ Adding a protocol means one module and one line in `_ENCODERS`.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Iterator, Optional, Protocol, Sequence
+
+import pyarrow as pa
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol
@@ -19,9 +21,32 @@ class Encoder(Protocol):
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> bytes: ...
 
+    def encode_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
+                     before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
+        """One (commit_ts, encode_rows of that transaction's rows) per transaction, in order, from
+        one table's rows as columns (the shape of range_reader.CHANGE_SCHEMA, netted and split)."""
+        ...
+
     def encode_ddl(self, ddl: DDLEvent) -> Optional[bytes]: ...
 
     def encode_watermark(self, ts: int) -> Optional[bytes]: ...
+
+
+def arrow_transactions(table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
+                       before: pa.ListArray, after: pa.ListArray) -> Iterator[tuple[int, list[RowChange]]]:
+    """The rows of `encode_arrow`'s columns as RowChanges, one list per run of equal commit_ts
+    (a transaction): the reference every columnar encoder must match."""
+    rows: list[RowChange] = []
+    current = None
+    for ts, op, old, new in zip(commit_ts.to_pylist(), ops.to_pylist(), before.to_pylist(), after.to_pylist()):
+        if ts != current:
+            if rows:
+                yield current, rows
+            rows, current = [], ts
+        rows.append(RowChange(ts, table.schema, table.table, op, None if old is None else tuple(old),
+                              None if new is None else tuple(new), len(rows)))
+    if rows:
+        yield current, rows
 
 
 def _canal_json(sink: SinkConfig, clock: Optional[Callable[[], float]]) -> Encoder:

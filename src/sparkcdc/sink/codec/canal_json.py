@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional, Sequence
 
+import pyarrow as pa
+
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
-from sparkcdc.sink.codec import gojson
+from sparkcdc.sink.codec import arrow_transactions, gojson
 from sparkcdc.sink.kafka.large_message import HANDLE_KEY_ONLY
 from sparkcdc.sink.codec.mysqltypes import (
     display_length,
@@ -218,11 +220,22 @@ class CanalJSONEncoder:
         return int(self._clock() * 1000)
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> bytes:
+        return self._encode_rows(table, rows, self._now_ms())
+
+    def _encode_rows(self, table: TableInfo, rows: Sequence[RowChange], now_ms: int) -> bytes:
         out = bytearray()
         for row in rows:
-            out += self.encode_row(table, row).encode()
+            out += self._row_text(table, row, "", now_ms).encode()
             out += self._terminator
         return bytes(out)
+
+    def encode_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
+                     before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
+        """`encode_rows` per transaction of one table's rows given as columns (see
+        codec.Encoder.encode_arrow); `ts` is read from the clock once per call."""
+        now_ms = self._now_ms()
+        return [(ts, self._encode_rows(table, rows, now_ms))
+                for ts, rows in arrow_transactions(table, commit_ts, ops, before, after)]
 
     def _layout(self, table: TableInfo) -> "_TableLayout":
         key = (table.schema, table.table, table.version, table.columns)
@@ -235,6 +248,9 @@ class CanalJSONEncoder:
         """One row message. `large` (a message over max-message-bytes, TiCDC's large-message-handle)
         keeps only the handle-key columns and marks the `_tidb` extension: "handle-key-only" adds
         `"onlyHandleKey":true`, any other value is the claim-check location of the full message."""
+        return self._row_text(table, row, large, self._now_ms())
+
+    def _row_text(self, table: TableInfo, row: RowChange, large: str, now_ms: int) -> str:
         layout = self._layout(table)
         columns = table.columns
         only_handle_key = bool(large) or (row.op == "delete" and self._sink.delete_only_output_handle_key_columns)
@@ -245,7 +261,7 @@ class CanalJSONEncoder:
             layout.prefix,
             '"type":' + gojson.quote(row.op.upper()),
             f'"es":{physical_ms(row.commit_ts)}',
-            f'"ts":{self._now_ms()}',
+            f'"ts":{now_ms}',
             '"sql":""',
         ]
         sql_types = [

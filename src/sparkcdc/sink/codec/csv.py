@@ -12,8 +12,11 @@ import base64
 from decimal import Decimal
 from typing import Optional, Sequence
 
+import pyarrow as pa
+
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
+from sparkcdc.sink.codec import arrow_transactions
 from sparkcdc.sink.codec.mysqltypes import is_binary, type_name
 
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")
@@ -131,6 +134,13 @@ class CSVEncoder:
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> bytes:
         return "".join(self.encode_row(table, row) for row in rows).encode()
+
+    def encode_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
+                     before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
+        """`encode_rows` per transaction of one table's rows given as columns (see
+        codec.Encoder.encode_arrow)."""
+        return [(ts, self.encode_rows(table, rows))
+                for ts, rows in arrow_transactions(table, commit_ts, ops, before, after)]
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[bytes]:
         return None
