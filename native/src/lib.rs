@@ -11,6 +11,11 @@
 //! many events to Arrow buffers (the `before`/`after` `list<string>` columns, commit-ts, seq, op
 //! and a table code per row) without creating a Python object per value, and hands the buffers
 //! to Python, which wraps them as a `pyarrow.RecordBatch` (`sparkcdc.upstream.range_reader`).
+//!
+//! `canal_json::CanalJsonLayout` goes the other way on the driver: it encodes such columns as
+//! canal-json bytes (`sparkcdc.sink.codec.canal_json`).
+
+mod canal_json;
 
 use std::ffi::{c_char, CString};
 use std::fmt::Write as _;
@@ -1004,6 +1009,7 @@ impl RowLayout {
 fn sparkcdc_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowLayout>()?;
     m.add_class::<ChangeBatchBuilder>()?;
+    m.add_class::<canal_json::CanalJsonLayout>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

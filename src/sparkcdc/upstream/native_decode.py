@@ -8,7 +8,9 @@ anything else (MySQL binary JSON, pre-5.6 temporal types, metadata that disagree
 schema store), so that table falls back to the pure path.
 
 Selection is automatic: native when the extension imports, pure otherwise. Setting
-SPARKCDC_PURE_PYTHON_DECODER=1 forces the pure path (for tests and comparisons).
+SPARKCDC_PURE_PYTHON_DECODER=1 forces the pure path (for tests and comparisons). The same
+extension carries the canal-json encoder (`native_encoder_module`, used by
+`sink.codec.canal_json`); SPARKCDC_PURE_PYTHON_ENCODER=1 forces the Python encoder.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pymysqlreplication.row_event import RowsEvent
 from sparkcdc.model.events import ColumnInfo, TableInfo
 
 FORCE_PURE_ENV = "SPARKCDC_PURE_PYTHON_DECODER"
+FORCE_PURE_ENCODER_ENV = "SPARKCDC_PURE_PYTHON_ENCODER"
 
 _INT_WIDTHS = {FIELD_TYPE.TINY: 1, FIELD_TYPE.SHORT: 2, FIELD_TYPE.INT24: 3, FIELD_TYPE.LONG: 4, FIELD_TYPE.LONGLONG: 8}
 _INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
@@ -30,10 +33,23 @@ _INT_TYPES = {"tinyint", "smallint", "mediumint", "int", "bigint"}
 
 def native_module() -> Optional[Any]:
     """The native extension module, or None when it is not built or the pure path is forced."""
-    if os.environ.get(FORCE_PURE_ENV, "").strip().lower() in ("1", "true", "yes", "on"):
+    if _forced(FORCE_PURE_ENV):
         return None
     module = _built_module()
     return module if module is not None and _is_current(module) else None
+
+
+def native_encoder_module() -> Optional[Any]:
+    """The native extension when it has the canal-json encoder (`CanalJsonLayout`), or None when
+    it is not built, is an older build, or SPARKCDC_PURE_PYTHON_ENCODER=1 forces the Python encoder."""
+    if _forced(FORCE_PURE_ENCODER_ENV):
+        return None
+    module = _built_module()
+    return module if module is not None and hasattr(module, "CanalJsonLayout") else None
+
+
+def _forced(env: str) -> bool:
+    return os.environ.get(env, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _built_module() -> Optional[Any]:
@@ -50,7 +66,12 @@ def _is_current(module: Any) -> bool:
 
 
 def decoder_description() -> str:
-    """One line for `--version` and the server log: which row decoder this process uses."""
+    """One line for `--version` and the server log: which row decoder and canal-json encoder
+    this process uses."""
+    return _row_decoder() + "; " + _canal_json_encoder()
+
+
+def _row_decoder() -> str:
     module = native_module()
     if module is not None:
         return f"row decoder: native (sparkcdc_native {module.__version__})"
@@ -59,6 +80,16 @@ def decoder_description() -> str:
     if _built_module() is not None:
         return "row decoder: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh)"
     return "row decoder: pure Python (sparkcdc_native not built; run scripts/setup.sh with cargo installed)"
+
+
+def _canal_json_encoder() -> str:
+    if native_encoder_module() is not None:
+        return "canal-json encoder: native"
+    if _forced(FORCE_PURE_ENCODER_ENV):
+        return f"canal-json encoder: pure Python (forced by {FORCE_PURE_ENCODER_ENV})"
+    if _built_module() is not None:
+        return "canal-json encoder: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh)"
+    return "canal-json encoder: pure Python (sparkcdc_native not built)"
 
 
 def compile_layout(module: Any, info: TableInfo, binlog_columns: list) -> Optional[Any]:

@@ -5,9 +5,11 @@ Adding a protocol means one module and one line in `_ENCODERS`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol
@@ -32,21 +34,76 @@ class Encoder(Protocol):
     def encode_watermark(self, ts: int) -> Optional[bytes]: ...
 
 
-def arrow_transactions(table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
-                       before: pa.ListArray, after: pa.ListArray) -> Iterator[tuple[int, list[RowChange]]]:
-    """The rows of `encode_arrow`'s columns as RowChanges, one list per run of equal commit_ts
-    (a transaction): the reference every columnar encoder must match."""
-    rows: list[RowChange] = []
+_OP_NAMES = pa.array(["insert", "update", "delete"])
+_IMAGE_TYPE = pa.list_(pa.string())
+
+
+@dataclass(frozen=True)
+class ArrowRows:
+    """`encode_arrow`'s arguments checked and normalised: plain arrays (chunks combined), images
+    as list<string>, ops as codes 0 insert, 1 update, 2 delete (what native encoders read)."""
+
+    commit_ts: pa.Int64Array
+    op_codes: pa.Int32Array
+    before: pa.ListArray
+    after: pa.ListArray
+
+    def __len__(self) -> int:
+        return len(self.commit_ts)
+
+
+def _plain(array, kind: pa.DataType, what: str) -> pa.Array:
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if array.type != kind:
+        try:
+            array = array.cast(kind)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise ValueError(f"encode_arrow: {what} must be {kind}, not {array.type}") from exc
+    return array
+
+
+def arrow_rows(table: TableInfo, commit_ts, ops, before, after) -> ArrowRows:
+    """Checks `encode_arrow`'s columns: equal lengths, no null commit_ts, known ops, and row
+    images with one value per column of `table`."""
+    commit_ts = _plain(commit_ts, pa.int64(), "commit_ts")
+    ops = _plain(ops, pa.string(), "ops")
+    before = _plain(before, _IMAGE_TYPE, "before")
+    after = _plain(after, _IMAGE_TYPE, "after")
+    if not len(commit_ts) == len(ops) == len(before) == len(after):
+        raise ValueError(f"encode_arrow: commit_ts, ops, before and after differ in length "
+                         f"({len(commit_ts)}, {len(ops)}, {len(before)}, {len(after)})")
+    if commit_ts.null_count:
+        raise ValueError("encode_arrow: commit_ts has nulls")
+    codes = pc.index_in(ops, value_set=_OP_NAMES)
+    if codes.null_count:
+        unknown = sorted(set(ops.filter(pc.is_null(codes)).to_pylist()), key=str)
+        raise ValueError(f"encode_arrow: unknown ops {unknown}; use insert, update or delete")
+    for name, image in (("before", before), ("after", after)):
+        lengths = pc.min_max(pc.list_value_length(image))
+        for length in (lengths["min"].as_py(), lengths["max"].as_py()):
+            if length is not None and length != len(table.columns):
+                raise ValueError(f"encode_arrow: a {name} image of {table.schema}.{table.table} has {length} "
+                                 f"values but the table has {len(table.columns)} columns")
+    return ArrowRows(commit_ts, codes, before, after)
+
+
+def arrow_transactions(table: TableInfo, rows: ArrowRows) -> Iterator[tuple[int, list[RowChange]]]:
+    """The rows as RowChanges, one list per run of equal commit_ts (a transaction): the
+    reference every columnar encoder must match."""
+    changes: list[RowChange] = []
     current = None
-    for ts, op, old, new in zip(commit_ts.to_pylist(), ops.to_pylist(), before.to_pylist(), after.to_pylist()):
+    names = _OP_NAMES.to_pylist()
+    for ts, code, old, new in zip(rows.commit_ts.to_pylist(), rows.op_codes.to_pylist(),
+                                  rows.before.to_pylist(), rows.after.to_pylist()):
         if ts != current:
-            if rows:
-                yield current, rows
-            rows, current = [], ts
-        rows.append(RowChange(ts, table.schema, table.table, op, None if old is None else tuple(old),
-                              None if new is None else tuple(new), len(rows)))
-    if rows:
-        yield current, rows
+            if changes:
+                yield current, changes
+            changes, current = [], ts
+        changes.append(RowChange(ts, table.schema, table.table, names[code], None if old is None else tuple(old),
+                                 None if new is None else tuple(new), len(changes)))
+    if changes:
+        yield current, changes
 
 
 def _canal_json(sink: SinkConfig, clock: Optional[Callable[[], float]]) -> Encoder:

@@ -9,14 +9,14 @@ bytes as ISO-8859-1 text, which the canonical value form already is.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pyarrow as pa
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
-from sparkcdc.sink.codec import arrow_transactions, gojson
+from sparkcdc.sink.codec import ArrowRows, arrow_rows, arrow_transactions, gojson
 from sparkcdc.sink.kafka.large_message import HANDLE_KEY_ONLY
 from sparkcdc.sink.codec.mysqltypes import (
     display_length,
@@ -202,12 +202,31 @@ class _TableLayout:
         return "[{" + ",".join(fields) + "}]"
 
 
+_EMPTY_OFFSETS = pa.py_buffer(bytes(4))
+
+
+def _image_buffers(image: pa.ListArray) -> tuple:
+    """A list<string> array's buffers and offsets as CanalJsonLayout.encode reads them."""
+    values = image.values
+    validity, offsets = image.buffers()[:2]
+    value_validity, value_offsets, data = values.buffers()
+    if offsets is None:  # an empty array built from buffers
+        offsets, image_offset = _EMPTY_OFFSETS, 0
+    else:
+        image_offset = image.offset
+    if value_offsets is None:
+        value_offsets = _EMPTY_OFFSETS
+    return (validity, image_offset, offsets, value_validity, values.offset, value_offsets, data)
+
+
 class CanalJSONEncoder:
     """Canal-JSON rows for storage files (TiCDC's JSONTxnEventEncoder) and MQ messages."""
 
     file_extension = "json"
 
-    def __init__(self, sink: SinkConfig, clock: Callable[[], float] = time.time):
+    def __init__(self, sink: SinkConfig, clock: Callable[[], float] = time.time, native: bool = True):
+        """`native`: encode `encode_arrow` rows with sparkcdc_native when it is built with the
+        encoder (else, or when False, with the Python reference)."""
         self._sink = sink
         self._clock = clock
         self._terminator = sink.terminator.encode()
@@ -215,6 +234,17 @@ class CanalJSONEncoder:
         # TiCDC turns on only-output-updated-columns whenever content-compatible is set.
         self._only_updated = sink.only_output_updated_columns or sink.content_compatible
         self._layouts: dict[tuple, _TableLayout] = {}
+        self._native = None
+        if native:
+            from sparkcdc.upstream.native_decode import native_encoder_module
+
+            self._native = native_encoder_module()
+        self._native_layouts: dict[tuple, Any] = {}
+
+    @property
+    def is_native(self) -> bool:
+        """Whether `encode_arrow` runs in sparkcdc_native."""
+        return self._native is not None
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -233,9 +263,44 @@ class CanalJSONEncoder:
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow); `ts` is read from the clock once per call."""
+        rows = arrow_rows(table, commit_ts, ops, before, after)
         now_ms = self._now_ms()
-        return [(ts, self._encode_rows(table, rows, now_ms))
-                for ts, rows in arrow_transactions(table, commit_ts, ops, before, after)]
+        if not len(rows):
+            return []
+        native = self._native_layout(table)
+        if native is None:
+            return [(ts, self._encode_rows(table, changes, now_ms)) for ts, changes in arrow_transactions(table, rows)]
+        return native.encode(len(rows), now_ms, rows.commit_ts.buffers()[1], rows.commit_ts.offset,
+                             rows.op_codes.buffers()[1], rows.op_codes.offset,
+                             _image_buffers(rows.before), _image_buffers(rows.after))
+
+    def _native_layout(self, table: TableInfo) -> Optional[Any]:
+        """The table's compiled native layout, or None without the native encoder or for a
+        table it does not handle (a SET of over 64 members)."""
+        if self._native is None:
+            return None
+        key = (table.schema, table.table, table.version, table.columns)
+        if key not in self._native_layouts:
+            self._native_layouts[key] = self._compile_native(table)
+        return self._native_layouts[key]
+
+    def _compile_native(self, table: TableInfo) -> Optional[Any]:
+        assert self._native is not None
+        layout = self._layout(table)
+        specs = []
+        for col, name, static, convert, handle_key in zip(
+                table.columns, layout.quoted_names, layout.static_java, layout.converts, layout.handle_key_only):
+            kind = type_name(col) if convert else ""
+            if kind == "set" and len(col.elements) > 64:
+                return None
+            promotion = _UNSIGNED_PROMOTION.get(type_name(col)) if static is None else None
+            java = static if static is not None else java_type(col, None)
+            specs.append((name, java, promotion[0] if promotion else None, promotion[1] if promotion else 0,
+                          kind, list(col.elements), handle_key, col.name))
+        flags = (self._only_updated, self._sink.delete_only_output_handle_key_columns,
+                 self._sink.enable_tidb_extension)
+        return self._native.CanalJsonLayout(f"{table.schema}.{table.table}", layout.prefix, layout.mysql_types,
+                                            layout.handle_key_mysql_types, self._terminator, flags, specs)
 
     def _layout(self, table: TableInfo) -> "_TableLayout":
         key = (table.schema, table.table, table.version, table.columns)

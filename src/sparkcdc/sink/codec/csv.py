@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
-from sparkcdc.sink.codec import arrow_transactions
+from sparkcdc.sink.codec import arrow_rows, arrow_transactions
 from sparkcdc.sink.codec.mysqltypes import is_binary, type_name
 
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")
@@ -139,8 +139,8 @@ class CSVEncoder:
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow)."""
-        return [(ts, self.encode_rows(table, rows))
-                for ts, rows in arrow_transactions(table, commit_ts, ops, before, after)]
+        rows = arrow_rows(table, commit_ts, ops, before, after)
+        return [(ts, self.encode_rows(table, changes)) for ts, changes in arrow_transactions(table, rows)]
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[bytes]:
         return None
