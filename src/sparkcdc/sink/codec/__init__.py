@@ -83,7 +83,7 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after) -> ArrowRows:
         lengths = pc.min_max(pc.list_value_length(image))
         for length in (lengths["min"].as_py(), lengths["max"].as_py()):
             if length is not None and length != len(table.columns):
-                raise ValueError(f"encode_arrow: a {name} image of {table.schema}.{table.table} has {length} "
+                raise ValueError(f"encode_arrow: {name} image of {table.schema}.{table.table} has {length} "
                                  f"values but the table has {len(table.columns)} columns")
     return ArrowRows(commit_ts, codes, before, after)
 

@@ -147,10 +147,13 @@ def java_type(col: ColumnInfo, value: Value) -> int:
 def canal_value(col: ColumnInfo, value: str) -> str:
     """The canonical text turned into what canal-json writes for this column."""
     name = type_name(col)
-    if name == "enum":
-        return str(enum_index(col, value))
-    if name == "set":
-        return str(set_mask(col, value))
+    try:
+        if name == "enum":
+            return str(enum_index(col, value))
+        if name == "set":
+            return str(set_mask(col, value))
+    except ValueError:
+        raise ValueError(f"column {col.name}: {value!r} is not a member of the {name}") from None
     return value
 
 
