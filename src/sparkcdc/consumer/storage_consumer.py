@@ -64,6 +64,8 @@ _BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longb
 
 
 class Downstream(Protocol):
+    replicating_ts: int  # transactions up to it are written idempotently (the MySQL sink's)
+
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None: ...
     def write_ddl(self, ddl: DDLEvent) -> None: ...
     def flush(self) -> None: ...
@@ -448,13 +450,18 @@ class StorageConsumer:
             self._downstream.flush()
             downstream = self._downstream_table(schema, table)
             data_files = [replace(f, columns=with_members(f.columns, downstream)) for f in data_files]
+        applied_before = applied  # by an earlier round
         for data_file in data_files:
             info = table_info_from_definition(data_file.definition, known, data_file.columns)
             text = read_bytes(self._fs, data_file.path).decode("utf-8")
             rows: list[RowChange] = []
             newest = applied
-            # Rows applied already (or replays), or past the storage checkpoint, are dropped.
-            keep = lambda ts, applied=applied: applied < ts <= upper  # noqa: E731
+            # Rows applied already (or replays), or past the storage checkpoint, are dropped;
+            # the newest transaction of the files before goes on: a large one spans files (one
+            # per micro-batch piece), and is written idempotently, as a replay of it may repeat rows.
+            keep = lambda ts, applied=applied: applied_before < ts <= upper and applied <= ts  # noqa: E731
+            if applied > applied_before and hasattr(self._downstream, "replicating_ts"):
+                self._downstream.replicating_ts = max(self._downstream.replicating_ts, applied)
             for change in _decoded(decode(text, list(data_file.columns), self._sink, keep), data_file.path):
                 commit_ts = change.commit_ts
                 if commit_ts is None:

@@ -483,8 +483,9 @@ def rebuild_tables(
             for data_file in table_files(fs, posixpath.join(schema_dir, table), protocol, known, members_before):
                 text = read_bytes(fs, data_file.path).decode("utf-8")
                 newest = applied_upto
-                # Rows not yet checkpointed, or replays, are dropped.
-                keep = lambda ts, upto=applied_upto: upto < ts <= checkpoint  # noqa: E731
+                # Rows not yet checkpointed, or replays, are dropped; the newest transaction of
+                # the files before goes on: a large one spans files (one per micro-batch piece).
+                keep = lambda ts, upto=applied_upto: upto <= ts <= checkpoint  # noqa: E731
                 for change in decode(text, list(data_file.columns), sink, keep):
                     ts = change.commit_ts
                     if ts is not None:

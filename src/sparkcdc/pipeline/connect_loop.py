@@ -3,7 +3,7 @@
 Over Spark Connect a `foreachBatch` function runs in a Python process on the Connect server,
 where the changefeed's sink, metadata store and transaction index are not. So the capture plays
 the streaming engine's part: every trigger interval it plans the next batch from the transaction
-index with the stream reader's own functions (`plan_batch_end`, `plan_partitions`), and the
+index with the stream reader's own functions (`plan_next_offset`, `plan_partitions`), and the
 Connect server's executors decode the batch's binlog ranges in a batch read of a Python data
 source whose option carries that plan. The read's DataFrame goes to the very batch writer
 `foreachBatch` calls (its `toArrow()` runs the read and brings the rows back to the capture), so
@@ -29,10 +29,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, ErrSparkRemoteUnreachable
 from sparkcdc.pipeline.source import (
     ROW_SCHEMA,
+    BatchOffset,
     BinlogStreamReader,
     SourceOptions,
     _MarkerPartition,
-    plan_batch_end,
+    plan_next_offset,
     plan_partitions,
 )
 
@@ -294,11 +295,12 @@ class ConnectBatchLoop:
         session = self._session = getattr(self._spark, "session", self._spark)  # the capture's, now
         session.addTag(self._tag)
         try:
-            start, batch_id, warned = self._options.start_ts, 0, set()
+            start, batch_id, warned = BatchOffset(self._options.start_ts), 0, set()
             while not self._stopping.is_set():
                 began = time.monotonic()
-                end = plan_batch_end(self._index, start, self._options.target_ts, self._options.max_batch_bytes)
-                if end > start:
+                end = plan_next_offset(self._index, start, self._options.target_ts, self._options.max_batch_bytes,
+                                       self._options.split_transactions)
+                if end.key() > start.key():
                     partitions = plan_partitions(self._index, self._options, start, end, warned)
                     self._write(self._batch_frame(BatchPlan(self._options, tuple(partitions))), batch_id)
                     batch_id += 1

@@ -5,6 +5,12 @@ commit-ts in (start, end], where `end` never passes the upstream's resolved-ts a
 always the last transaction of its batch, so every batch has one schema per table and the
 sink can run the DDL as a barrier after the batch's rows.
 
+A transaction larger than max-batch-bytes is not one batch: the puller records cut points in
+it (`TxnRecord.pieces`), and an offset `{"ts": T, "piece": k}` means everything up to T - 1
+plus the first k pieces of T (`BatchOffset`). Rows of piece k have seq `k << 32 | row`, so
+(commit_ts, seq) order holds across the batches. A sink that must apply a transaction whole
+(MySQL transaction-atomicity=table, the redo log) gets it whole (`split_transactions=False`).
+
 The driver side (initialOffset, latestOffset, partitions) only reads the transaction index
 the capture's puller persists; executors decode transaction-aligned binlog ranges in
 parallel, each range with its own replication connection and server_id. Each partition
@@ -12,7 +18,10 @@ carries everything it needs, and the same (start, end) always plans the same par
 Spark's replay of an uncommitted batch reads identical data.
 
 Besides row changes, every batch carries one `range` marker row (commit_ts = end,
-seq = start) so the sink learns the batch's bounds even when it has no rows.
+seq = start) so the sink learns the batch's bounds even when it has no rows. The bounds are
+checkpoint-ts values: a batch that ends inside transaction T ends at T - 1 for the sink, so
+the checkpoint never passes a transaction until its last piece is downstream, and a restart
+replays it from its start (duplicates, never gaps).
 
 `read` yields `pyarrow.RecordBatch`es (CHANGE_SCHEMA, the Arrow form of ROW_SCHEMA), which Spark
 passes on as they are; tuples would go through PySpark's per-value Python conversion.
@@ -32,6 +41,7 @@ from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, BinlogRange, int64_array, read_range_batches, string_array
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
+    from sparkcdc.model.position import BinlogPosition
     from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord
 
 SOURCE_NAME = "sparkcdc_binlog"
@@ -74,6 +84,7 @@ class SourceOptions:
     filter_rules: tuple[str, ...] = ("*.*",)
     case_sensitive: bool = False
     force_replicate: bool = False  # also decode tables without a valid index
+    split_transactions: bool = True  # a large transaction may span batches (see the module docstring)
 
     def to_options(self) -> dict[str, str]:
         return {
@@ -87,6 +98,7 @@ class SourceOptions:
             "filter_rules": "\n".join(self.filter_rules),
             "case_sensitive": "true" if self.case_sensitive else "false",
             "force_replicate": "true" if self.force_replicate else "false",
+            "split_transactions": "true" if self.split_transactions else "false",
         }
 
     @classmethod
@@ -102,25 +114,73 @@ class SourceOptions:
             filter_rules=tuple(r for r in options.get("filter_rules", "*.*").split("\n") if r),
             case_sensitive=options.get("case_sensitive", "false") == "true",
             force_replicate=options.get("force_replicate", "false") == "true",
+            split_transactions=options.get("split_transactions", "true") == "true",
         )
 
 
-def plan_batch_end(index: "TxnIndex", start: int, target_ts: int, max_batch_bytes: int) -> int:
-    """The end of the next micro-batch starting after `start` (== start when nothing is new)."""
+@dataclass(frozen=True)
+class BatchOffset:
+    """A source offset: every transaction up to `ts`, or with `piece` = k > 0, every transaction
+    up to ts - 1 plus the first k pieces of transaction `ts`. JSON `{"ts": N}` or
+    `{"ts": N, "piece": k}`, so checkpoints from before pieces existed still parse."""
+
+    ts: int
+    piece: int = 0
+
+    @property
+    def checkpoint_ts(self) -> int:
+        """The newest commit-ts wholly before this offset: what a checkpoint may say."""
+        return self.ts - 1 if self.piece else self.ts
+
+    def key(self) -> tuple[int, int]:
+        """Orders offsets: (T - 1, 0) < (T, piece 1) < (T, piece 2) < ... < (T, 0)."""
+        return (self.checkpoint_ts, self.piece)
+
+    def to_json(self) -> dict:
+        return {"ts": self.ts, "piece": self.piece} if self.piece else {"ts": self.ts}
+
+    @classmethod
+    def of(cls, value: "BatchOffset | dict | int") -> "BatchOffset":
+        if isinstance(value, BatchOffset):
+            return value
+        if isinstance(value, dict):
+            return cls(int(value["ts"]), int(value.get("piece", 0)))
+        return cls(int(value))
+
+
+def plan_next_offset(
+    index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True
+) -> BatchOffset:
+    """The end of the next micro-batch starting after `start` (== start when nothing is new).
+
+    A batch takes transactions, or with `split_transactions` the pieces of a split transaction,
+    until it holds more than `max_batch_bytes` of binlog (at least one of them)."""
     end = index.resolved_ts()
     if target_ts:
         end = min(end, target_ts)
-    next_ddl = index.next_ddl_after(start)
+    next_ddl = index.next_ddl_after(start.checkpoint_ts)
     if next_ddl is not None:
         end = min(end, next_ddl)
-    if end <= start:
+    if end <= start.checkpoint_ts:
         return start
     size = 0
-    for txn in index.txns_between(start, end):
+    for txn in index.txns_between(start.checkpoint_ts, end):
+        first = start.piece if txn.commit_ts == start.ts else 0
+        if txn.piece_count > 1 and (split_transactions or first):  # a batch never re-reads pieces it had
+            for piece in range(first, txn.piece_count):
+                size += txn.piece_size(piece)
+                if size > max_batch_bytes:
+                    return BatchOffset(txn.commit_ts, piece + 1 if piece + 1 < txn.piece_count else 0)
+            continue
         size += txn.size
-        if size > max_batch_bytes and txn.commit_ts > start:
-            return txn.commit_ts
-    return end
+        if size > max_batch_bytes:
+            return BatchOffset(txn.commit_ts)
+    return BatchOffset(end)
+
+
+def plan_batch_end(index: "TxnIndex", start: int, target_ts: int, max_batch_bytes: int) -> int:
+    """The end of the next micro-batch of whole transactions starting after commit-ts `start`."""
+    return plan_next_offset(index, BatchOffset(start), target_ts, max_batch_bytes, split_transactions=False).ts
 
 
 def replicated_tables(
@@ -172,28 +232,69 @@ def split_ranges(txns: Sequence["TxnRecord"], parts: int) -> list[list["TxnRecor
     return pieces
 
 
+@dataclass(frozen=True)
+class _Span:
+    """A stretch of binlog to decode: whole transactions, or one piece of a split transaction."""
+
+    start: "BinlogPosition"
+    end: "BinlogPosition"
+    commit_ts: tuple[int, ...]
+    size: int
+    piece: int = 0
+    table_maps: tuple["BinlogPosition", ...] = ()
+
+
+def batch_spans(
+    index: "TxnIndex", start: BatchOffset, end: BatchOffset, parts: int
+) -> list[_Span]:
+    """The binlog stretches of the batch (start, end]: whole transactions cut into runs of about
+    equal size (split_ranges), and each piece of a split transaction on its own."""
+    whole: list[TxnRecord] = []
+    spans: list[_Span] = []
+    for txn in index.txns_between(start.checkpoint_ts, end.ts):
+        first = start.piece if txn.commit_ts == start.ts else 0
+        last = end.piece if txn.commit_ts == end.ts and end.piece else txn.piece_count
+        if first == 0 and last == txn.piece_count:
+            whole.append(txn)
+            continue
+        for piece in range(first, last):
+            piece_start, piece_end, maps = txn.piece_range(piece)
+            spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps))
+    for run in split_ranges(whole, parts):
+        spans.append(_Span(run[0].start, run[-1].end, tuple(t.commit_ts for t in run), sum(t.size for t in run)))
+    return sorted(spans, key=lambda span: (span.commit_ts[0], span.piece))
+
+
 def plan_partitions(
-    index: "TxnIndex", options: SourceOptions, start: int, end: int, warned: set[tuple[str, str, int]]
+    index: "TxnIndex",
+    options: SourceOptions,
+    start: "BatchOffset | int",
+    end: "BatchOffset | int",
+    warned: set[tuple[str, str, int]],
 ) -> list[InputPartition]:
     """The partitions of the batch (start, end]: its range marker, then the binlog ranges to decode.
 
     Shared by the stream reader and the Spark Connect loop (pipeline/connect_loop.py), so both
-    plan a batch the same way. `warned` holds the ineligible table versions already logged."""
-    if end <= start:
+    plan a batch the same way. `warned` holds the ineligible table versions already logged.
+    The marker carries checkpoint bounds: a batch ending inside transaction T ends at T - 1."""
+    start, end = BatchOffset.of(start), BatchOffset.of(end)
+    if end.key() <= start.key():
         return []
-    tables = _replicated_tables_at(index, start, options, warned)
+    tables = _replicated_tables_at(index, start.checkpoint_ts, options, warned)
     upstream = UpstreamConfig.from_uri(options.upstream_uri)
-    partitions: list[InputPartition] = [_MarkerPartition(start, end)]
-    for number, run in enumerate(split_ranges(index.txns_between(start, end), options.parallelism)):
+    partitions: list[InputPartition] = [_MarkerPartition(start.checkpoint_ts, end.checkpoint_ts)]
+    for number, span in enumerate(batch_spans(index, start, end, options.parallelism)):
         partitions.append(
             _RangePartition(
                 BinlogRange(
                     upstream=upstream,
                     server_id=options.server_id_base + number,
-                    start=run[0].start,
-                    end=run[-1].end,
-                    commit_ts=tuple(t.commit_ts for t in run),
+                    start=span.start,
+                    end=span.end,
+                    commit_ts=span.commit_ts,
                     tables=tables,
+                    piece=span.piece,
+                    table_maps=span.table_maps,
                 )
             )
         )
@@ -230,17 +331,16 @@ class BinlogStreamReader(DataSourceStreamReader):
         return TxnIndex(self.options.index_path)
 
     def initialOffset(self) -> dict:
-        return {"ts": self.options.start_ts}
+        return BatchOffset(self.options.start_ts).to_json()
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
-        begin = int(start["ts"]) if start else self.options.start_ts
-        end = plan_batch_end(
-            self._index(), begin, self.options.target_ts, self.options.max_batch_bytes
-        )
-        return {"ts": end}
+        begin = BatchOffset.of(start) if start else BatchOffset(self.options.start_ts)
+        end = plan_next_offset(self._index(), begin, self.options.target_ts, self.options.max_batch_bytes,
+                               self.options.split_transactions)
+        return end.to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_partitions(self._index(), self.options, int(start["ts"]), int(end["ts"]), self._warned)
+        return plan_partitions(self._index(), self.options, BatchOffset.of(start), BatchOffset.of(end), self._warned)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _MarkerPartition):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from pymysqlreplication import BinLogStreamReader
@@ -28,6 +28,7 @@ from pymysqlreplication.event import (
     XAPrepareEvent,
     XidEvent,
 )
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent, SparkCDCError
 from sparkcdc.model import tso
@@ -38,8 +39,9 @@ from sparkcdc.schema.catalog import stable_table_id  # noqa: F401  (re-exported)
 from sparkcdc.schema.store import DDLOutcome, SchemaStore, is_ddl
 from sparkcdc.upstream.schema_reader import read_catalog
 from sparkcdc.upstream.statements import classify
-from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
+from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, TableVersion, TxnIndex, TxnRecord
 
+_ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 PULLER_EVENTS = [
     MariadbGtidEvent,
     GtidEvent,
@@ -49,7 +51,11 @@ PULLER_EVENTS = [
     HeartbeatLogEvent,
     XAPrepareEvent,
     NotImplementedEvent,
+    # Only their positions (rows are decoded lazily, never here): where a large transaction is cut.
+    TableMapEvent,
+    *_ROWS_EVENTS,
 ]
+_STMT_END_F = 0x0001  # a ROWS event's flag: the last event of its statement
 
 COMPRESSION_FIX = (
     "binlog compression is not supported: set log_bin_compress=OFF (MariaDB) or "
@@ -78,6 +84,21 @@ class _OpenTxn:
     gtid: Optional[str]
     start: BinlogPosition
     in_begin: bool = False
+    pieces: list[PieceStart] = field(default_factory=list)
+    # The TABLE_MAP events of the statement whose ROWS events are being read: table_id -> position.
+    statement_maps: dict[int, int] = field(default_factory=dict)
+
+    def see_table_map(self, table_id: int, pos: int) -> None:
+        self.statement_maps[table_id] = pos
+
+    def see_rows(self, table_id: int, flags: int, start: BinlogPosition, piece_bytes: int) -> None:
+        """Cut a new piece at this ROWS event once the current one holds `piece_bytes`."""
+        piece_start = self.pieces[-1].pos if self.pieces else self.start.pos
+        if (start.file == self.start.file and start.pos - piece_start >= piece_bytes
+                and table_id in self.statement_maps):
+            self.pieces.append(PieceStart(start.pos, tuple(sorted(self.statement_maps.values()))))
+        if flags & _STMT_END_F:
+            self.statement_maps = {}
 
 
 # How long the upstream may stay silent before it sends a heartbeat, which moves resolved-ts to the
@@ -99,6 +120,7 @@ class Puller:
         flush_interval: float = 0.2,
         flush_max_txns: int = 5000,
         clock: Callable[[], float] = time.time,
+        piece_bytes: int = DEFAULT_PIECE_BYTES,
     ):
         self.cfg = cfg
         self.index = index
@@ -107,6 +129,7 @@ class Puller:
         self.flush_interval = flush_interval
         self.flush_max_txns = flush_max_txns
         self.clock = clock
+        self.piece_bytes = piece_bytes
         self.error: Optional[BaseException] = None
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -261,6 +284,12 @@ class Puller:
                     if ddl:
                         outcome = self.store.apply(event.query, schema, record.commit_ts, str(open_position(record)))
                         self._record(outcome, record.commit_ts, pending_ddls, pending_versions, pending_databases)
+            elif isinstance(event, TableMapEvent):
+                if open_txn is not None:
+                    open_txn.see_table_map(event.table_id, event_start(stream, event).pos)
+            elif isinstance(event, _ROWS_EVENTS):
+                if open_txn is not None:
+                    open_txn.see_rows(event.table_id, event.flags, event_start(stream, event), self.piece_bytes)
             elif isinstance(event, XAPrepareEvent):
                 raise ErrBinlogUnsupportedEvent("XA PREPARE in the binlog is not supported yet; avoid XA on replicated tables")
             elif isinstance(event, NotImplementedEvent):
@@ -285,7 +314,7 @@ class Puller:
         end = BinlogPosition(stream.log_file, event.packet.log_pos)
         commit_ts = tso.next_after(self._last_ts, event.timestamp)
         self._last_ts = commit_ts
-        return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl)
+        return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl, tuple(txn.pieces))
 
     @staticmethod
     def _record(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:

@@ -31,7 +31,7 @@ from pymysqlreplication.event import (
     XAPrepareEvent,
     XidEvent,
 )
-from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
 from sparkcdc.model.events import RowChange, TableInfo, Value
@@ -57,14 +57,26 @@ RANGE_EVENTS = [
 
 @dataclass(frozen=True)
 class BinlogRange:
-    """Transactions [start, end) of the binlog, with their commit-ts and the tables to decode."""
+    """Transactions [start, end) of the binlog, with their commit-ts and the tables to decode;
+    or piece `piece` of one large transaction (TxnRecord.piece_range), which may start and end
+    inside it and whose rows get seq `piece << 32 | row`."""
 
     upstream: UpstreamConfig
     server_id: int
-    start: BinlogPosition  # start of the first transaction
-    end: BinlogPosition  # end of the last transaction
+    start: BinlogPosition  # start of the first transaction, or of the piece
+    end: BinlogPosition  # end of the last transaction, or of the piece
     commit_ts: tuple[int, ...]  # one per transaction in the range, in order
     tables: dict[str, str] = field(default_factory=dict)  # "schema.table" -> TableInfo.to_json()
+    piece: int = 0
+    table_maps: tuple[BinlogPosition, ...] = ()  # the TABLE_MAP events a piece > 0 needs, read first
+
+    def first_seq(self) -> int:
+        return self.piece << PIECE_SEQ_SHIFT
+
+
+# A piece's rows are numbered from piece << 32, so (commit_ts, seq) orders a transaction's rows
+# across the micro-batches its pieces go to.
+PIECE_SEQ_SHIFT = 32
 
 
 # A pymysql packet's payload holds a 1-byte OK marker and the 19-byte event header before the body.
@@ -134,7 +146,7 @@ def read_range(r: BinlogRange) -> Iterator[RowChange]:
     txn, seq = -1, 0
     for number, commit_ts, layout, event in _row_events(r, native):
         if number != txn:
-            txn, seq = number, 0
+            txn, seq = number, r.first_seq() if number == 0 else 0
         if layout.native is not None:
             seq = yield from native_row_changes(event, layout, commit_ts, seq)
         else:
@@ -151,7 +163,7 @@ def read_range_batches(r: BinlogRange, batch_rows: int = DEFAULT_BATCH_ROWS) -> 
     txn, seq = -1, 0
     for number, commit_ts, layout, event in _row_events(r, native):
         if number != txn:
-            txn, seq = number, 0
+            txn, seq = number, r.first_seq() if number == 0 else 0
         seq += builder.add_event(event, layout, commit_ts, seq)
         if len(builder) >= batch_rows:
             yield builder.finish()
@@ -167,7 +179,8 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
     infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
     layouts: dict[tuple[int, str, str], Optional[TableLayout]] = {}
     end_key = r.end.key()
-    txn = -1
+    table_map = _read_table_maps(r)
+    txn = 0 if r.piece else -1  # a piece after the first starts inside its transaction, past the GTID
     stream = BinLogStreamReader(
         connection_settings=r.upstream.connection_settings(),
         server_id=r.server_id,
@@ -180,11 +193,14 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
         is_mariadb=False,
         enable_logging=False,
     )
+    stream.table_map = table_map
     try:
         while True:
             event = stream.fetchone()
             if event is None:
                 raise ErrBinlogUnsupportedEvent(f"binlog ended at {stream.log_file}:{stream.log_pos} before {r.end}")
+            if _starts_at_or_after(stream, event, end_key):
+                break  # a piece ends where the next begins, maybe right after a TABLE_MAP (not returned)
             if isinstance(event, (MariadbGtidEvent, GtidEvent)):
                 txn += 1
                 if txn >= len(r.commit_ts):
@@ -212,6 +228,47 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
         raise ErrBinlogUnsupportedEvent(
             f"range {r.start}..{r.end} holds {txn + 1} transactions but the index lists {len(r.commit_ts)}"
         )
+
+
+def _starts_at_or_after(stream: BinLogStreamReader, event, key: tuple[int, int]) -> bool:
+    if isinstance(event, RotateEvent):
+        return False
+    start = event.packet.log_pos - event.packet.event_size
+    return (int(stream.log_file.rsplit(".", 1)[1]), start) >= key
+
+
+def _read_table_maps(r: BinlogRange) -> dict:
+    """The TABLE_MAP events a piece needs, read from their positions with one short dump (the
+    events in between are framed, not decoded): pymysqlreplication's table map for the stream
+    that starts at the piece. Only the statement's maps, so never the transaction's rows."""
+    if not r.table_maps:
+        return {}
+    wanted = {p.pos for p in r.table_maps}
+    first, last = min(r.table_maps, key=BinlogPosition.key), max(r.table_maps, key=BinlogPosition.key)
+    stream = BinLogStreamReader(
+        connection_settings=r.upstream.connection_settings(),
+        server_id=r.server_id,
+        log_file=first.file,
+        log_pos=first.pos,
+        resume_stream=True,
+        blocking=True,
+        only_events=[TableMapEvent],
+        is_mariadb=False,
+        enable_logging=False,
+    )
+    try:
+        while wanted:
+            event = stream.fetchone()
+            start = None if event is None else event.packet.log_pos - event.packet.event_size
+            if isinstance(event, TableMapEvent):
+                wanted.discard(start)
+            elif event is None or stream.log_file != first.file or start > last.pos:
+                raise ErrBinlogUnsupportedEvent(
+                    f"the TABLE_MAP events at {first.file}:{sorted(wanted)} that piece {r.piece} of the transaction "
+                    f"at {r.start} needs are not in the binlog; the binlog changed under the index")
+        return dict(stream.table_map)
+    finally:
+        stream.close()
 
 
 def _raw_body(event) -> tuple[bytes, int, int, int]:

@@ -48,10 +48,26 @@ CREATE TABLE IF NOT EXISTS database_versions (
 _ADDED_COLUMNS = {
     "table_versions": [("definition", "TEXT")],  # the schema store's TableDef (indexes, charset)
     "ddls": [("extra", "TEXT")],  # JSON: rename pairs, parse errors, binlog position
+    "txns": [("pieces", "TEXT")],  # JSON: where a large transaction's pieces 1.. begin (PieceStart)
 }
+
+# A transaction larger than this is cut into pieces of about this many binlog bytes, at ROWS
+# event borders, so a micro-batch can end inside it (pipeline/source.py). It equals the source's
+# DEFAULT_MAX_BATCH_BYTES (a unit test checks): one piece is about one micro-batch.
+DEFAULT_PIECE_BYTES = 8 << 20
 
 _MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
 _MYSQL_GTID = re.compile(r"^(?P<uuid>[0-9a-fA-F-]{36}):(?P<ranges>[\d:-]+)$")
+
+
+@dataclass(frozen=True)
+class PieceStart:
+    """Where piece k >= 1 of a large transaction begins: at a ROWS event (`pos`), which needs the
+    TABLE_MAP events at `table_maps` (earlier in the transaction) to be read. Both in the
+    transaction's binlog file: a transaction never spans files."""
+
+    pos: int
+    table_maps: tuple[int, ...]
 
 
 @dataclass(frozen=True)
@@ -64,6 +80,22 @@ class TxnRecord:
     end: BinlogPosition  # position after the commit event
     size: int  # bytes of binlog the transaction spans
     is_ddl: bool
+    pieces: tuple[PieceStart, ...] = ()  # where pieces 1.. begin; () = one piece, the whole transaction
+
+    @property
+    def piece_count(self) -> int:
+        return len(self.pieces) + 1
+
+    def piece_range(self, piece: int) -> tuple[BinlogPosition, BinlogPosition, tuple[BinlogPosition, ...]]:
+        """(start, end, TABLE_MAP positions needed at start) of piece `piece` (0-based)."""
+        start = self.start if piece == 0 else BinlogPosition(self.start.file, self.pieces[piece - 1].pos)
+        end = self.end if piece == len(self.pieces) else BinlogPosition(self.start.file, self.pieces[piece].pos)
+        maps = () if piece == 0 else tuple(BinlogPosition(self.start.file, p) for p in self.pieces[piece - 1].table_maps)
+        return start, end, maps
+
+    def piece_size(self, piece: int) -> int:
+        start, end, _ = self.piece_range(piece)
+        return end.pos - start.pos
 
 
 @dataclass(frozen=True)
@@ -128,10 +160,11 @@ class TxnIndex:
 
     @staticmethod
     def _record(row) -> TxnRecord:
-        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl = row
-        return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl))
+        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces = row
+        return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl),
+                         _parse_pieces(pieces))
 
-    _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl"
+    _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces"
 
     def txns_between(self, lo_exclusive: int, hi_inclusive: int) -> list[TxnRecord]:
         with self._connect() as conn:
@@ -337,9 +370,10 @@ class TxnIndex:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
-                        (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl))
+                        (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl),
+                         _format_pieces(t.pieces))
                         for t in txns
                     ],
                 )
@@ -434,3 +468,11 @@ class TxnIndex:
             )
             conn.execute("COMMIT")
         return removed
+
+
+def _format_pieces(pieces: Sequence[PieceStart]) -> Optional[str]:
+    return json.dumps([[p.pos, list(p.table_maps)] for p in pieces]) if pieces else None
+
+
+def _parse_pieces(text: Optional[str]) -> tuple[PieceStart, ...]:
+    return tuple(PieceStart(pos, tuple(maps)) for pos, maps in json.loads(text)) if text else ()
