@@ -12,8 +12,10 @@ from urllib.parse import urlsplit
 
 from sparkcdc.errors import ErrInvalidReplicaConfig
 from sparkcdc.filter.column_selector import ColumnSelectors
-from sparkcdc.filter.event_filter import EventFilter
+from sparkcdc.filter.event_filter import DML_EVENT_TYPES, EventFilter
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+
+_DML_IGNORES = frozenset({"all dml", *DML_EVENT_TYPES})
 
 # Sinks that write selected columns only (TiCDC: MQ and cloud storage sinks).
 COLUMN_SELECTOR_SCHEMES = frozenset({
@@ -42,6 +44,15 @@ class ChangeFilters:
         if not self.selectors:
             return table, kept
         return self.selectors.apply_rows(table, kept)
+
+    def changes_rows_of(self, table: TableInfo) -> bool:
+        """Whether rows() may drop or project this table's rows: an event filter rule that
+        ignores DML matches it, or a column selector does."""
+        if self.selectors and self.selectors.kept_positions(table) is not None:
+            return True
+        return bool(self.events) and any(
+            rule.has_expressions or rule.ignore_events & _DML_IGNORES
+            for rule in self.events._rules_for(table.schema, table.table))
 
     def ddl(self, ddl: DDLEvent) -> Optional[DDLEvent]:
         if self.events and self.events.ignores_ddl(ddl):

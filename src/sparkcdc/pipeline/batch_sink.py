@@ -19,14 +19,15 @@ import signal
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
-from sparkcdc.pipeline.netting import net_changes_per_key
+from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_changes
 from sparkcdc.pipeline.source import RANGE_MARKER
-from sparkcdc.pipeline.update_split import split_key_updates
+from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
 from sparkcdc.upstream.txn_index import TxnIndex
 
@@ -56,26 +57,58 @@ def batch_bounds(table: pa.Table) -> tuple[int, int] | None:
     return int(pc.min(markers["seq"]).as_py()), int(pc.max(markers["commit_ts"]).as_py())
 
 
-_ROW_COLUMNS = ("commit_ts", "seq", "schema_name", "table_name", "op", "before", "after")
+_ROW_COLUMNS = ("commit_ts", "seq", "op", "before", "after")
+
+
+@dataclass(frozen=True)
+class TableRows:
+    """One table's row changes of a batch as Arrow columns `_ROW_COLUMNS`, in (commit_ts, seq) order."""
+
+    schema: str
+    table: str
+    rows: pa.Table
+
+    def changes(self) -> list[RowChange]:
+        return _row_changes(self.schema, self.table, self.rows)
+
+
+def _row_changes(schema: str, table: str, rows: pa.Table) -> list[RowChange]:
+    # ~4 us a row on a loaded 2-core machine: the columnar path exists to skip this.
+    return [RowChange(commit_ts, schema, table, op, None if before is None else tuple(before),
+                      None if after is None else tuple(after), seq)
+            for commit_ts, seq, op, before, after in zip(*(rows[c].to_pylist() for c in _ROW_COLUMNS))]
+
+
+def tables_of(batch: pa.Table) -> list[TableRows]:
+    """The batch's row changes per table, range markers dropped, tables in the order each first
+    appears in (commit_ts, seq) order."""
+    if batch.num_rows == 0:
+        return []
+    schemas = pc.dictionary_encode(batch["schema_name"].combine_chunks())
+    names = pc.dictionary_encode(batch["table_name"].combine_chunks())
+    width = max(len(names.dictionary), 1)
+    code = pc.add(pc.multiply(schemas.indices.cast(pa.int64()), width), names.indices.cast(pa.int64()))
+    code = pc.if_else(pc.equal(batch["op"], RANGE_MARKER), -1, code)
+    keys = pa.table({"code": code, "commit_ts": batch["commit_ts"], "seq": batch["seq"]})
+    # One stable sort and one take; each table is then a zero-copy slice (markers sort first).
+    order = pc.sort_indices(keys, [("code", "ascending"), ("commit_ts", "ascending"), ("seq", "ascending")])
+    rows = batch.select(_ROW_COLUMNS).take(order)
+    counts = pc.value_counts(code.take(order))
+    groups, offset = [], 0
+    for table_code, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+        if table_code >= 0:
+            first = order[offset].as_py()  # a stable sort: ties keep batch order
+            groups.append(((keys["commit_ts"][first].as_py(), keys["seq"][first].as_py(), first),
+                           TableRows(schemas.dictionary[table_code // width].as_py(),
+                                     names.dictionary[table_code % width].as_py(), rows.slice(offset, count))))
+        offset += count
+    return [table_rows for _, table_rows in sorted(groups, key=lambda group: group[0])]
 
 
 def rows_by_table(table: pa.Table) -> dict[tuple[str, str], list[RowChange]]:
     """Row changes grouped by table (in the order each table first appears), each list in
     (commit_ts, seq) order."""
-    # The range marker rows are skipped in the loop: filtering them out first would copy every
-    # column once more. Building the RowChanges is most of the time (~4 us a row on a loaded
-    # 2-core machine); the Arrow sort and to_pylist are a third of it.
-    rows = table.sort_by([("commit_ts", "ascending"), ("seq", "ascending")])
-    grouped: dict[tuple[str, str], list[RowChange]] = {}
-    for commit_ts, seq, schema, name, op, before, after in zip(*(rows[c].to_pylist() for c in _ROW_COLUMNS)):
-        if op == RANGE_MARKER:
-            continue
-        changes = grouped.get((schema, name))
-        if changes is None:
-            changes = grouped[(schema, name)] = []
-        changes.append(RowChange(commit_ts, schema, name, op, None if before is None else tuple(before),
-                                 None if after is None else tuple(after), seq))
-    return grouped
+    return {(rows.schema, rows.table): rows.changes() for rows in tables_of(table)}
 
 
 class BatchRedo(Protocol):
@@ -189,6 +222,92 @@ def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tup
     return written
 
 
+def _planned_rows(info: TableInfo, rows: list[RowChange], split_updates: bool,
+                  filters: ChangeFilters | None) -> tuple[TableInfo, list[RowChange]]:
+    """One table's rows as the sink gets them: netted, split, filtered and projected."""
+    rows = net_changes_per_key(info, rows)
+    if split_updates:
+        rows = split_key_updates(info, rows)
+    if filters is not None:
+        info, rows = filters.rows(info, rows)
+    return info, rows
+
+
+class ArrowRowSink(RowSink, Protocol):
+    """A sink that also takes rows as Arrow columns (StorageSink.write_arrow)."""
+
+    accepts_arrow: bool
+
+    def write_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
+                    before: pa.ListArray, after: pa.ListArray) -> None: ...
+
+
+def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink, split_updates: bool,
+                 filters: ChangeFilters | None) -> int:
+    """Write one table's rows; returns how many the sink got.
+
+    Transactions that netting, update split and the filters would pass unchanged go to an
+    Arrow-accepting sink as columns, never becoming RowChanges; the rest take the RowChange path.
+    """
+    rows = table_rows.rows
+    if not getattr(sink, "accepts_arrow", False) or (filters is not None and filters.changes_rows_of(info)):
+        planned_info, changes = _planned_rows(info, table_rows.changes(), split_updates, filters)
+        sink.write_rows(planned_info, changes)
+        return len(changes)
+    rewritten = _transactions_rewritten(info, rows, split_updates)
+    written = 0
+    for rewrite, run in _runs(rows, rewritten):
+        if rewrite:
+            planned_info, changes = _planned_rows(info, _row_changes(table_rows.schema, table_rows.table, run),
+                                                  split_updates, filters)
+            sink.write_rows(planned_info, changes)
+            written += len(changes)
+        else:
+            sink.write_arrow(info, *(run[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")))
+            written += run.num_rows
+    return written
+
+
+_OP_IMAGES = {"insert": (False, True), "update": (True, True), "delete": (True, False)}
+
+
+def _transactions_rewritten(info: TableInfo, rows: pa.Table, split_updates: bool) -> pa.Array:
+    """Per row, whether its transaction must take the RowChange path: netting or update split
+    would change it, or a row is malformed (the RowChange path reports that)."""
+    commit_ts, ops, before, after = (rows[c].combine_chunks() for c in ("commit_ts", "op", "before", "after"))
+    width = len(info.columns)
+    well_formed = pa.array(np.zeros(len(ops), dtype=bool))
+    for op, (has_before, has_after) in _OP_IMAGES.items():
+        well_formed = pc.or_(well_formed, pc.and_(pc.equal(ops, op), pc.and_(
+            _image_shape(before, has_before, width), _image_shape(after, has_after, width))))
+    well_formed = pc.fill_null(well_formed, False)
+    malformed = commit_ts.filter(pc.invert(well_formed))
+    if len(malformed):
+        return pc.is_in(commit_ts, value_set=malformed)  # rare: no need to look further
+    changed = [transactions_netting_changes(info, commit_ts, ops, before, after)]
+    if split_updates:
+        changed.append(transactions_split_changes(info, commit_ts, ops, before, after))
+    return pc.is_in(commit_ts, value_set=pa.concat_arrays(changed))
+
+
+def _image_shape(images: pa.Array, present: bool, width: int) -> pa.Array:
+    """Per row, whether the image is there (one value per column) exactly when `present`."""
+    if not present:
+        return pc.is_null(images)
+    return pc.fill_null(pc.equal(pc.list_value_length(images), width), False)
+
+
+def _runs(rows: pa.Table, flags: pa.Array):
+    """(flag, rows) for each run of consecutive rows with the same flag."""
+    values = flags.to_numpy(zero_copy_only=False)
+    if not values.any() or values.all():
+        yield bool(values[0]) if len(values) else False, rows
+        return
+    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
+    for low, high in zip(borders, borders[1:]):
+        yield bool(values[low]), rows.slice(low, high - low)
+
+
 def write_batch(
     table: pa.Table,
     index: TxnIndex,
@@ -207,22 +326,17 @@ def write_batch(
     start, end = bounds
     written = 0
     planned: list[tuple[TableInfo, list[RowChange]]] = []
-    for (schema, name), rows in rows_by_table(table).items():
-        info = index.table_info_at(schema, name, start)
+    for table_rows in tables_of(table):
+        info = index.table_info_at(table_rows.schema, table_rows.table, start)
         if info is None:
-            raise RuntimeError(f"no table info for {schema}.{name} at {start}")
+            raise RuntimeError(f"no table info for {table_rows.schema}.{table_rows.table} at {start}")
         if not (info.has_valid_index or ddl_policy.force_replicate):
             continue  # the source does not decode such tables; this keeps the rule in one more place
-        rows = net_changes_per_key(info, rows)
-        if split_updates:
-            rows = split_key_updates(info, rows)
-        if filters is not None:
-            info, rows = filters.rows(info, rows)
         if redo is None:
-            sink.write_rows(info, rows)  # the sink's writers start while the next table is planned
-            written += len(rows)
+            # The sink's writers start while the next table is planned.
+            written += _write_table(info, table_rows, sink, split_updates, filters)
         else:
-            planned.append((info, rows))
+            planned.append(_planned_rows(info, table_rows.changes(), split_updates, filters))
     # Allow list, valid-index and rename rules; a DDL that must stop the changefeed raises
     # after the rows before it are downstream, as it always did.
     ddl_error: Exception | None = None

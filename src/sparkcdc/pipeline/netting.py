@@ -21,6 +21,10 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Optional, Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from sparkcdc.model.events import RowChange, TableInfo, Value
 
 Image = Optional[tuple[Value, ...]]
@@ -81,3 +85,41 @@ def _net_txn(rows: list[RowChange], positions: list[int]) -> list[RowChange]:
         netted.append(RowChange(template.commit_ts, template.schema, template.table, op,
                                 before=before, after=after, seq=template.seq))
     return netted
+
+
+def values_differ(old: pa.Array, new: pa.Array) -> pa.Array:
+    """Per position, whether two value columns differ as Python values do (NULL equals NULL)."""
+    return pc.fill_null(pc.not_equal(old, new), pc.xor(pc.is_null(old), pc.is_null(new)))
+
+
+def transactions_netting_changes(table: TableInfo, commit_ts: pa.Array, ops: pa.Array,
+                                 before: pa.Array, after: pa.Array) -> pa.Array:
+    """The commit_ts of every transaction whose rows `net_changes_per_key` may change (with
+    repeats; a few it would keep as they are): one with an update that moves the handle key or
+    changes nothing, or with a handle key on two rows. The columns are one table's rows in
+    (commit_ts, seq) order, each image (where its op has one) with one value per column."""
+    names = table.column_names
+    positions = [names.index(c) for c in table.handle_key if c in names]
+    if not positions or len(positions) != len(table.handle_key):
+        return pa.array([], pa.int64())
+    is_update, is_insert = pc.equal(ops, "update"), pc.equal(ops, "insert")
+    keys: dict[str, pa.Array] = {"commit_ts": commit_ts}
+    moved = pa.array(np.zeros(len(ops), dtype=bool))
+    for position in positions:
+        old, new = pc.list_element(before, position), pc.list_element(after, position)
+        keys[f"key{position}"] = pc.if_else(is_insert, new, old)
+        moved = pc.or_(moved, pc.and_(is_update, values_differ(old, new)))
+    touched = pa.table(keys).group_by(list(keys)).aggregate([([], "count_all")])
+    return pa.chunked_array([
+        commit_ts.filter(moved),
+        commit_ts.filter(is_update).filter(_unchanged(before.filter(is_update), after.filter(is_update))),
+        touched["commit_ts"].filter(pc.greater(touched["count_all"], 1)),
+    ], pa.int64()).combine_chunks()
+
+
+def _unchanged(before: pa.Array, after: pa.Array) -> pa.Array:
+    """Per row of equal-length images, whether before == after."""
+    differs = values_differ(pc.list_flatten(before), pc.list_flatten(after)).to_numpy(zero_copy_only=False)
+    changed = np.zeros(len(before), dtype=bool)
+    changed[pc.list_parent_indices(before).to_numpy()[differs]] = True
+    return pa.array(~changed)

@@ -11,7 +11,12 @@ from __future__ import annotations
 from itertools import groupby
 from typing import Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from sparkcdc.model.events import RowChange, TableInfo
+from sparkcdc.pipeline.netting import values_differ
 
 _OP_ORDER = {"delete": 0, "update": 1, "insert": 2}
 
@@ -20,12 +25,13 @@ def key_changed(key_positions: Sequence[int], row: RowChange) -> bool:
     return any(row.before[i] != row.after[i] for i in key_positions)
 
 
+def _key_positions(table: TableInfo) -> list[int]:
+    return [i for i, c in enumerate(table.columns) if c.is_primary_key or c.is_unique_key or c.name in table.handle_key]
+
+
 def split_key_updates(table: TableInfo, rows: Sequence[RowChange]) -> list[RowChange]:
     """Rows (whole transactions in commit order) with key-changing updates split."""
-    key_positions = [
-        i for i, c in enumerate(table.columns)
-        if c.is_primary_key or c.is_unique_key or c.name in table.handle_key
-    ]
+    key_positions = _key_positions(table)
     if not key_positions:
         return list(rows)
     result: list[RowChange] = []
@@ -45,3 +51,15 @@ def split_key_updates(table: TableInfo, rows: Sequence[RowChange]) -> list[RowCh
             txn_rows.sort(key=lambda r: _OP_ORDER[r.op])  # stable: upstream order within each op
         result.extend(txn_rows)
     return result
+
+
+def transactions_split_changes(table: TableInfo, commit_ts: pa.Array, ops: pa.Array,
+                               before: pa.Array, after: pa.Array) -> pa.Array:
+    """The commit_ts of every transaction `split_key_updates` would change (with repeats): one
+    with an update that changes a primary-key, unique-key or handle-key value."""
+    is_update = pc.equal(ops, "update")
+    split = pa.array(np.zeros(len(ops), dtype=bool))
+    for position in _key_positions(table):
+        split = pc.or_(split, pc.and_(is_update, values_differ(pc.list_element(before, position),
+                                                               pc.list_element(after, position))))
+    return commit_ts.filter(split)

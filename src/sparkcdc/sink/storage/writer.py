@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
+import pyarrow as pa
+
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
@@ -223,22 +225,35 @@ class StorageSink:
 
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
         """Buffer rows (ordered by commit_ts, seq; whole transactions) of one table version."""
-        if not rows:
-            return
-        key = (table.schema, table.table, table.version)
-        file_size = self.sink.cloud_storage_config.file_size
         start = 0
         for end in range(1, len(rows) + 1):
             if end < len(rows) and rows[end].commit_ts == rows[start].commit_ts:
                 continue
-            encoded = self._encoder.encode_rows(table, rows[start:end])
-            buffer = self._buffers.setdefault(key, _Buffer(table))
-            buffer.table = table
-            buffer.chunks.append(encoded)
-            buffer.size += len(encoded)
-            if buffer.size >= file_size:
-                self._write_buffer(key)
+            self._append_transaction(table, self._encoder.encode_rows(table, rows[start:end]))
             start = end
+
+    @property
+    def accepts_arrow(self) -> bool:
+        """Whether write_arrow can take rows: the protocol's encoder encodes Arrow columns."""
+        return hasattr(self._encoder, "encode_arrow")
+
+    def write_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
+                    before: pa.ListArray, after: pa.ListArray) -> None:
+        """write_rows for rows as Arrow columns (one table version's whole transactions in
+        (commit_ts, seq) order, already netted and split): the same files, bytes and index."""
+        for _, encoded in self._encoder.encode_arrow(table, commit_ts, ops, before, after):
+            self._append_transaction(table, encoded)
+
+    def _append_transaction(self, table: TableInfo, encoded: bytes) -> None:
+        """Buffer one encoded transaction; the buffer becomes a file once it reaches file-size,
+        so a transaction never spans two files."""
+        key = (table.schema, table.table, table.version)
+        buffer = self._buffers.setdefault(key, _Buffer(table))
+        buffer.table = table
+        buffer.chunks.append(encoded)
+        buffer.size += len(encoded)
+        if buffer.size >= self.sink.cloud_storage_config.file_size:
+            self._write_buffer(key)
 
     def flush(self) -> None:
         """Write every buffered row into complete data files, worker-count tables at a time."""

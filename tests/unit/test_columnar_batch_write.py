@@ -1,0 +1,227 @@
+"""The batch writer's columnar path (Arrow rows straight to the storage sink's encoder) writes
+byte for byte what the RowChange path (netting, update split, filters, write_rows) writes, and
+is taken only for the transactions those steps would pass unchanged."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from sparkcdc.config.replica import SinkConfig, parse_replica_config
+from sparkcdc.filter.change_filters import ChangeFilters
+from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
+from sparkcdc.model.tso import compose
+from sparkcdc.pipeline.batch_sink import tables_of, write_batch
+from sparkcdc.pipeline.source import marker_batch
+from sparkcdc.schema.rules import DDLPolicy
+from sparkcdc.sink.storage import StorageSink
+from sparkcdc.upstream.range_reader import PythonBatchBuilder
+
+NOW = time.mktime((2024, 3, 1, 12, 0, 0, 0, 0, -1))
+VERSION = compose(1_700_000_000_000)
+PK = TableInfo("db", "pk", 1, (
+    ColumnInfo("id", "int", nullable=False, is_primary_key=True),
+    ColumnInfo("code", "varchar", charset="utf8mb4", length=8, is_unique_key=True),
+    ColumnInfo("v", "varchar", charset="utf8mb4", length=8),
+), VERSION, handle_key=("id",))
+UK = TableInfo("db", "uk", 2, (
+    ColumnInfo("a", "int", nullable=False, is_unique_key=True),
+    ColumnInfo("b", "int", nullable=False, is_unique_key=True),
+    ColumnInfo("v", "text", charset="utf8mb4"),
+), VERSION, handle_key=("a", "b"))
+NO_KEY = TableInfo("db", "nokey", 3, (
+    ColumnInfo("x", "int"),
+    ColumnInfo("v", "varchar", charset="utf8mb4", length=8),
+), VERSION)
+TABLES = {t.table: t for t in (PK, UK, NO_KEY)}
+
+
+def ts(n: int) -> int:
+    return compose(1_700_000_001_000 + n)
+
+
+class FakeIndex:
+    def ddls_between(self, low, high):
+        return []
+
+    def table_info_at(self, schema, table, at):
+        return TABLES[table]
+
+
+class RowChangeSink(StorageSink):
+    """The storage sink without its columnar entry: every row takes the RowChange path."""
+
+    accepts_arrow = False
+
+
+class CountingSink(StorageSink):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.arrow_rows = self.change_rows = 0
+
+    def write_arrow(self, table, commit_ts, ops, before, after):
+        self.arrow_rows += len(ops)
+        super().write_arrow(table, commit_ts, ops, before, after)
+
+    def write_rows(self, table, rows):
+        self.change_rows += len(rows)
+        super().write_rows(table, rows)
+
+
+def batch(start: int, end: int, changes: list[RowChange]) -> pa.Table:
+    builder = PythonBatchBuilder()
+    builder.add_changes(changes)
+    return pa.Table.from_batches([marker_batch(start, end), builder.finish()])
+
+
+def files(root) -> dict[str, bytes]:
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as handle:
+                found[os.path.relpath(path, root)] = handle.read()
+    return found
+
+
+def write_both(tmp_path, batches: list[pa.Table], protocol: str = "canal-json", split_updates: bool = False,
+               filter_toml: str = "", file_size: int = 64 << 20) -> CountingSink:
+    """Writes the batches through both paths; asserts identical storage; returns the columnar sink."""
+    outputs = []
+    for name, kind in (("rows", RowChangeSink), ("arrow", CountingSink)):
+        root = tmp_path / name
+        config = parse_replica_config(filter_toml)
+        uri = f"file://{root}?protocol={protocol}&date-separator=none"
+        sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=True)
+        sink_config.cloud_storage_config.file_size = file_size  # below the URI's 1 MiB minimum
+        sink = kind(uri, sink_config, clock=lambda: NOW)
+        filters = ChangeFilters(config, uri)
+        written = []
+        for table in batches:
+            result = write_batch(table, FakeIndex(), sink, lambda s, t: True, lambda ts: None,
+                                 split_updates, filters, DDLPolicy(force_replicate=True))
+            written.append(result.rows if result else 0)
+        sink.close()
+        outputs.append((files(root), written, sink))
+    (rows_files, rows_written, _), (arrow_files, arrow_written, arrow_sink) = outputs
+    assert any(name.endswith(f".{'csv' if protocol == 'csv' else 'json'}") for name in rows_files) or not any(rows_written)
+    assert arrow_files == rows_files
+    assert arrow_written == rows_written
+    return arrow_sink
+
+
+def ins(n, table, values, seq):
+    return RowChange(ts(n), "db", table, "insert", None, values, seq)
+
+
+def upd(n, table, before, after, seq):
+    return RowChange(ts(n), "db", table, "update", before, after, seq)
+
+
+def dele(n, table, values, seq):
+    return RowChange(ts(n), "db", table, "delete", values, None, seq)
+
+
+def test_plain_transactions_of_several_tables_go_columnar(tmp_path):
+    changes = [
+        ins(1, "pk", ("1", "a", "x"), 0), ins(1, "pk", ("2", "b", None), 1), ins(1, "uk", ("1", "1", "t"), 2),
+        upd(2, "pk", ("1", "a", "x"), ("1", "a", "y"), 0), dele(2, "uk", ("1", "1", "t"), 1),
+        ins(2, "nokey", ("7", "n"), 2), ins(2, "nokey", ("7", "n"), 3),  # no handle key: no netting
+        dele(3, "pk", ("2", "b", None), 0),
+    ]
+    for protocol in ("canal-json", "csv"):
+        sink = write_both(tmp_path / protocol, [batch(0, ts(3), changes)], protocol)
+        assert (sink.arrow_rows, sink.change_rows) == (len(changes), 0)
+
+
+def test_transactions_netting_or_split_would_change_take_the_row_change_path(tmp_path):
+    plain = [ins(1, "pk", ("1", "a", "x"), 0), ins(1, "pk", ("2", "b", "x"), 1)]
+    rewritten = [
+        upd(2, "pk", ("1", "a", "x"), ("9", "a", "x"), 0), ins(2, "pk", ("3", "c", None), 1),  # moves the PK
+        ins(3, "pk", ("4", "d", None), 0), upd(3, "pk", ("4", "d", None), ("4", "d", "z"), 1),  # key twice
+        ins(4, "pk", ("5", "e", None), 0), dele(4, "pk", ("5", "e", None), 1),  # deletes what it inserted
+        upd(5, "pk", ("2", "b", "x"), ("2", "b", "x"), 0), ins(5, "pk", ("6", "f", None), 1),  # a no-op update
+        ins(6, "uk", ("1", "1", "v"), 0), upd(6, "uk", ("1", "1", "v"), ("1", "2", "v"), 1),  # moves a UK part
+    ]
+    tail = [upd(7, "pk", ("3", "c", None), ("3", "c", "w"), 0), dele(7, "uk", ("1", "2", "v"), 1)]
+    for protocol in ("canal-json", "csv"):
+        sink = write_both(tmp_path / protocol, [batch(0, ts(7), plain + rewritten + tail)], protocol)
+        assert sink.arrow_rows == len(plain + tail)
+
+
+def test_split_updates_sends_unique_key_changes_the_row_change_way(tmp_path):
+    changes = [
+        ins(1, "pk", ("1", "a", "x"), 0),
+        upd(2, "pk", ("1", "a", "x"), ("1", "b", "x"), 0),  # a UK value changes: delete + insert
+        upd(3, "pk", ("1", "b", "x"), ("1", "b", "y"), 0),
+        upd(4, "nokey", ("1", "p"), ("1", "q"), 0),  # no PK/UK: never split
+    ]
+    for protocol in ("canal-json", "csv"):
+        sink = write_both(tmp_path / protocol, [batch(0, ts(4), changes)], protocol, split_updates=True)
+        assert (sink.arrow_rows, sink.change_rows) == (3, 2)
+
+
+def test_filtered_and_projected_tables_take_the_row_change_path(tmp_path):
+    toml = ('[[filter.event-filters]]\nmatcher = ["db.pk"]\nignore-event = ["delete"]\n'
+            '[[filter.event-filters]]\nmatcher = ["db.nokey"]\nignore-event = ["drop table"]\n'
+            '[[sink.column-selectors]]\nmatcher = ["db.uk"]\ncolumns = ["a", "b"]\n')
+    changes = [
+        ins(1, "pk", ("1", "a", "x"), 0), dele(2, "pk", ("1", "a", "x"), 0),
+        ins(1, "uk", ("1", "1", "secret"), 1), ins(3, "nokey", ("1", "p"), 0),
+    ]
+    sink = write_both(tmp_path, [batch(0, ts(3), changes)], filter_toml=toml)
+    assert sink.arrow_rows == 1  # nokey: its rule ignores only a DDL
+
+
+def test_a_transaction_over_two_batches_and_file_size_cuts(tmp_path):
+    first = [ins(1, "pk", (str(i), str(i), "v" * 5), i) for i in range(30)]
+    second = [ins(1, "pk", (str(i), str(i), "w"), i) for i in range(30, 40)] + [
+        ins(2, "pk", (str(i), str(i), "z"), i - 40) for i in range(40, 60)]
+    sink = write_both(tmp_path, [batch(0, ts(1), first), batch(ts(1), ts(2), second)], file_size=2000)
+    assert sink.arrow_rows == 60
+    assert len([name for name in files(tmp_path / "arrow") if name.endswith(".json")]) > 2
+
+
+def test_tables_in_first_appearance_order():
+    changes = [ins(2, "uk", ("1", "1", "t"), 1), ins(2, "pk", ("1", "a", None), 0), ins(1, "nokey", ("1", "p"), 0),
+               ins(2, "nokey", ("2", "p"), 2)]
+    groups = tables_of(batch(0, ts(2), changes))
+    assert [g.table for g in groups] == ["nokey", "pk", "uk"]
+    assert [c.seq for c in groups[0].changes()] == [0, 2]
+
+
+_IDS = st.sampled_from(["1", "2", "3"])
+_VALUES = st.sampled_from([None, "x", "y"])
+
+
+@st.composite
+def _change(draw, n: int, seq: int) -> RowChange:
+    table = draw(st.sampled_from(sorted(TABLES)))
+    image = {"pk": st.tuples(_IDS, st.sampled_from(["a", "b"]), _VALUES),
+             "uk": st.tuples(_IDS, _IDS, _VALUES),
+             "nokey": st.tuples(_VALUES, _VALUES)}[table]
+    op = draw(st.sampled_from(["insert", "update", "delete"]))
+    before = draw(image) if op != "insert" else None
+    after = draw(image) if op != "delete" else None
+    if op == "update" and draw(st.booleans()):
+        after = before if draw(st.booleans()) else before[:-1] + (draw(_VALUES),)
+    return RowChange(ts(n), "db", table, op, before, after, seq)
+
+
+@st.composite
+def _batches(draw):
+    txn_sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=8))
+    changes = [draw(_change(n, seq)) for n, size in enumerate(txn_sizes, 1) for seq in range(size)]
+    cut = draw(st.integers(1, len(txn_sizes)))
+    early = [c for c in changes if c.commit_ts <= ts(cut)]
+    late = [c for c in changes if c.commit_ts > ts(cut)]
+    return [batch(0, ts(cut), early)] + ([batch(ts(cut), ts(len(txn_sizes)), late)] if late else [])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batches=_batches(), split_updates=st.booleans(), protocol=st.sampled_from(["canal-json", "csv"]))
+def test_any_batch_is_written_alike_by_both_paths(tmp_path_factory, batches, split_updates, protocol):
+    write_both(tmp_path_factory.mktemp("both"), batches, protocol, split_updates)
