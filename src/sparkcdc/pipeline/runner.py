@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
+import pickle
 import shutil
 import sys
 import threading
@@ -29,15 +30,17 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+import pyarrow as pa
+
 from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_config_from_dict
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
-from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions
+from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions, _MarkerPartition, marker_batch
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
-from sparkcdc.sink.factory import make_sink, splits_key_updates
+from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
 from sparkcdc.sink.mysql.error_codes import is_configuration_message, is_retryable_message
 from sparkcdc.upstream.txn_index import TxnIndex
 
@@ -153,6 +156,7 @@ class ChangefeedRunner:
                 filter_rules=tuple(config.filter.rules),
                 case_sensitive=config.case_sensitive,
                 force_replicate=config.force_replicate,
+                split_transactions=splits_large_transactions(info.sink_uri, config),
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
@@ -226,7 +230,12 @@ class ChangefeedRunner:
 
         def write(df, batch_id: int) -> None:
             began = time.monotonic()
-            result = write_batch(df.toArrow(), index, sink, table_filter.match_event, on_checkpoint,
+            # A batch with no transactions (an idle upstream's resolved-ts moving) is known from
+            # its plan: skip the Spark job that would only read back its range marker.
+            table = marker_only_table(sole_planned_partition(df))
+            if table is None:
+                table = df.toArrow()
+            result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
                                  split_updates, filters, ddl_policy, redo, syncpoint)
             if result is not None and (result.rows or result.ddls):
                 # The time covers decoding (toArrow runs the read tasks) and the sink write.
@@ -365,6 +374,30 @@ class ChangefeedRunner:
             event.set()
         for namespace, changefeed_id in self.running():
             self.stop(namespace, changefeed_id)
+
+
+def sole_planned_partition(df) -> bytes | None:
+    """The pickled input partition of a foreachBatch DataFrame that reads one partition of a
+    Python data source, taken from its plan without running it; None for any other plan."""
+    try:
+        partitions = df._jdf.queryExecution().logical().rdd().partitions()
+        if len(partitions) != 1:
+            return None
+        return bytes(partitions[0].inputPartition().get().pickedPartition())
+    except Exception:  # another Spark's internals: the caller runs the batch instead
+        return None
+
+
+def marker_only_table(picked: bytes | None) -> pa.Table | None:
+    """The batch's table when its one partition is the binlog source's range marker: exactly
+    what reading it would return. None when the batch has anything else to read."""
+    try:
+        partition = pickle.loads(picked) if picked else None
+    except Exception:
+        return None
+    if not isinstance(partition, _MarkerPartition):
+        return None
+    return pa.Table.from_batches([marker_batch(partition.start, partition.end)])
 
 
 def _warn_ineligible(index: TxnIndex, ts: int, config: ReplicaConfig, changefeed_id: str) -> None:

@@ -153,8 +153,9 @@ def plan_next_offset(
 ) -> BatchOffset:
     """The end of the next micro-batch starting after `start` (== start when nothing is new).
 
-    A batch takes transactions, or with `split_transactions` the pieces of a split transaction,
-    until it holds more than `max_batch_bytes` of binlog (at least one of them)."""
+    A batch takes transactions until it holds more than `max_batch_bytes` of binlog (at least
+    one); with `split_transactions`, the pieces of a split transaction while they fit (at least
+    one), so a batch of pieces stays within max_batch_bytes plus one piece."""
     end = index.resolved_ts()
     if target_ts:
         end = min(end, target_ts)
@@ -168,9 +169,9 @@ def plan_next_offset(
         first = start.piece if txn.commit_ts == start.ts else 0
         if txn.piece_count > 1 and (split_transactions or first):  # a batch never re-reads pieces it had
             for piece in range(first, txn.piece_count):
+                if size and size + txn.piece_size(piece) > max_batch_bytes:  # the piece starts the next batch
+                    return BatchOffset(txn.commit_ts, piece) if piece else BatchOffset(txn.commit_ts - 1)
                 size += txn.piece_size(piece)
-                if size > max_batch_bytes:
-                    return BatchOffset(txn.commit_ts, piece + 1 if piece + 1 < txn.piece_count else 0)
             continue
         size += txn.size
         if size > max_batch_bytes:

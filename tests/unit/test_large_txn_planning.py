@@ -1,0 +1,141 @@
+"""Planning micro-batches that end inside a large transaction (its pieces), with an in-memory index."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from sparkcdc.config.replica import ReplicaConfig
+from sparkcdc.model.position import BinlogPosition
+from sparkcdc.pipeline.source import (
+    DEFAULT_MAX_BATCH_BYTES,
+    BatchOffset,
+    SourceOptions,
+    _MarkerPartition,
+    _RangePartition,
+    plan_next_offset,
+    plan_partitions,
+)
+from sparkcdc.sink.factory import splits_large_transactions
+from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, TxnRecord
+
+FILE = "mysql-bin.000001"
+
+
+def txn(ts: int, start: int, size: int, cuts: tuple[int, ...] = (), ddl: bool = False) -> TxnRecord:
+    """A transaction at binlog [start, start + size) cut at the offsets `cuts` (its pieces 1..)."""
+    pieces = tuple(PieceStart(start + cut, (start + 10,)) for cut in cuts)
+    return TxnRecord(ts, None, BinlogPosition(FILE, start), BinlogPosition(FILE, start + size), size, ddl, pieces)
+
+
+class FakeIndex:
+    def __init__(self, txns, resolved):
+        self.txns, self.resolved = list(txns), resolved
+
+    def resolved_ts(self):
+        return self.resolved
+
+    def txns_between(self, lo, hi):
+        return [t for t in self.txns if lo < t.commit_ts <= hi]
+
+    def next_ddl_after(self, ts):
+        return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
+
+    def tables_at(self, ts):
+        return []
+
+
+def options(**overrides) -> SourceOptions:
+    return SourceOptions(index_path="x", upstream_uri="mysql://u@h:3306/", start_ts=0, parallelism=2, **overrides)
+
+
+def test_the_puller_cuts_pieces_the_size_of_a_batch():
+    assert DEFAULT_PIECE_BYTES == DEFAULT_MAX_BATCH_BYTES
+
+
+def test_offsets_order_pieces_between_the_transactions_and_old_checkpoints_parse():
+    assert BatchOffset.of({"ts": 7}) == BatchOffset(7) and BatchOffset(7).to_json() == {"ts": 7}
+    assert BatchOffset.of({"ts": 7, "piece": 2}).to_json() == {"ts": 7, "piece": 2}
+    order = [BatchOffset(6), BatchOffset(7, 1), BatchOffset(7, 2), BatchOffset(7), BatchOffset(8, 1)]
+    assert sorted(order, key=BatchOffset.key) == order
+    assert [o.checkpoint_ts for o in order] == [6, 6, 6, 7, 7]
+
+
+def test_a_large_transaction_is_planned_piece_by_piece_with_checkpoint_bounds_below_it():
+    index = FakeIndex([txn(10, 1000, 50), txn(20, 2000, 400, cuts=(100, 200, 300)), txn(30, 3000, 50)], resolved=40)
+    ends, start = [], BatchOffset(5)
+    while (end := plan_next_offset(index, start, 0, 120)).key() > start.key():
+        ends.append(end)
+        start = end
+    # Pieces of 20 that do not fit go to the next batch; 30 rides with the last piece.
+    assert ends == [BatchOffset(19), BatchOffset(20, 1), BatchOffset(20, 2), BatchOffset(20, 3), BatchOffset(30),
+                    BatchOffset(40)]
+    first = plan_partitions(index, options(), BatchOffset(5), BatchOffset(20, 2), set())
+    assert first[0] == _MarkerPartition(5, 19)
+    ranges = [p.binlog_range for p in first[1:]]
+    assert [(r.commit_ts, r.piece, r.start.pos, r.end.pos) for r in ranges] == [
+        ((10,), 0, 1000, 1050), ((20,), 0, 2000, 2100), ((20,), 1, 2100, 2200)]
+    middle = plan_partitions(index, options(), BatchOffset(20, 1), BatchOffset(20, 2), set())
+    assert middle[0] == _MarkerPartition(19, 19)
+    (piece,) = [p.binlog_range for p in middle[1:]]
+    assert (piece.piece, piece.start.pos, piece.end.pos, piece.table_maps) == (
+        1, 2100, 2200, (BinlogPosition(FILE, 2010),))
+    assert piece.first_seq() == 1 << 32
+    last = plan_partitions(index, options(), BatchOffset(20, 3), BatchOffset(30), set())
+    assert last[0] == _MarkerPartition(19, 30)
+
+
+def test_without_splitting_a_large_transaction_is_one_batch():
+    index = FakeIndex([txn(10, 1000, 50), txn(20, 2000, 400, cuts=(100, 200, 300))], resolved=40)
+    assert plan_next_offset(index, BatchOffset(5), 0, 120, split_transactions=False) == BatchOffset(20)
+    assert plan_next_offset(index, BatchOffset(10), 0, 120, split_transactions=False) == BatchOffset(20)
+    # A start inside a transaction (planned before splitting was turned off) never re-reads its pieces.
+    assert plan_next_offset(index, BatchOffset(20, 2), 0, 120, split_transactions=False) == BatchOffset(20, 3)
+
+
+@st.composite
+def workloads(draw):
+    txns, position = [], 1000
+    for number in range(draw(st.integers(1, 8))):
+        size = draw(st.integers(10, 600))
+        cuts = sorted(draw(st.sets(st.integers(1, size - 1), max_size=6))) if size > 1 else []
+        txns.append(txn(10 * (number + 1), position, size, tuple(cuts), ddl=draw(st.booleans()) and not cuts))
+        position += size
+    return txns
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.integers(1, 700), st.booleans())
+def test_batches_cover_every_piece_once_in_order_and_checkpoints_never_pass_an_unfinished_transaction(
+        txns, cap, split):
+    index = FakeIndex(txns, resolved=txns[-1].commit_ts + 5)
+    start, covered, checkpoints = BatchOffset(0), [], []
+    while (end := plan_next_offset(index, start, 0, cap, split)).key() > start.key():
+        partitions = plan_partitions(index, options(max_batch_bytes=cap), start, end, set())
+        marker = partitions[0]
+        assert (marker.start, marker.end) == (start.checkpoint_ts, end.checkpoint_ts)
+        for partition in partitions[1:]:
+            assert isinstance(partition, _RangePartition)
+            covered.append((partition.binlog_range.start.pos, partition.binlog_range.end.pos))
+        checkpoints.append(end.checkpoint_ts)
+        if end.piece:  # a batch that ends inside a transaction holds none of a later one
+            assert all(p.binlog_range.start.pos < index.txns_between(end.ts - 1, end.ts)[0].end.pos
+                       for p in partitions[1:])
+        start = end
+    assert start == BatchOffset(index.resolved)
+    assert checkpoints == sorted(checkpoints)
+    # The ranges tile the binlog without gap or overlap, DDL transactions (no rows) aside.
+    dml = sorted(covered)
+    expected = [(t.start.pos, t.end.pos) for t in txns if not t.is_ddl]
+    assert [dml[0][0], dml[-1][1]] == [expected[0][0], expected[-1][1]] if expected else dml == []
+    assert all(a[1] <= b[0] for a, b in zip(dml, dml[1:]))
+    assert sum(e - s for s, e in dml) == sum(e - s for s, e in expected)
+
+
+def test_sinks_that_need_whole_transactions_do_not_get_them_split():
+    config = ReplicaConfig()
+    assert splits_large_transactions("file:///tmp/out?protocol=canal-json", config)
+    assert splits_large_transactions("kafka://127.0.0.1:9092/t?protocol=canal-json", config)
+    assert splits_large_transactions("mysql://root@127.0.0.1:3306/", config)
+    assert not splits_large_transactions("mysql://root@127.0.0.1:3306/?transaction-atomicity=table", config)
+    config.consistent.level = "eventual"
+    assert not splits_large_transactions("mysql://root@127.0.0.1:3306/", config)
