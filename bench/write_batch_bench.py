@@ -1,0 +1,165 @@
+"""Driver CPU of `write_batch` to the file storage sink: the RowChange path against the columnar one.
+
+    .venv/bin/python bench/write_batch_bench.py [--changes 100000] [--batch-rows 20000]
+        [--protocol canal-json] [--rounds 3] [--profile]
+
+Arrow batches shaped like df.toArrow()'s in a changefeed of capture_bench's sysbench workload
+(`id, k, c CHAR(120), pad CHAR(60)`; 60% 100-row insert transactions, 30% 50-row `k = k + 1`
+updates, 10% 17-row deletes) are prepared before the clock starts. Each round runs every batch
+through `write_batch` into a fresh file:// storage sink twice: once with the sink's columnar entry
+hidden (every row becomes a RowChange, is netted and encoded by encode_rows) and once as a
+changefeed runs it (whole transactions as Arrow columns to encode_arrow). Prints the process CPU
+microseconds per row of each (best round), their ratio, and the load average; --profile prints
+cProfile's top functions of one columnar round. Both outputs are compared byte for byte.
+Not a test: figures go in bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import random
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+
+import pyarrow as pa  # noqa: E402
+
+from sparkcdc.config.replica import SinkConfig  # noqa: E402
+from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo  # noqa: E402
+from sparkcdc.model.tso import compose  # noqa: E402
+from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
+from sparkcdc.pipeline.source import marker_batch  # noqa: E402
+from sparkcdc.sink.storage import StorageSink  # noqa: E402
+from sparkcdc.upstream.range_reader import PythonBatchBuilder  # noqa: E402
+
+TABLE = TableInfo("sbtest", "sbtest1", 1, (
+    ColumnInfo("id", "int", nullable=False, is_primary_key=True),
+    ColumnInfo("k", "int", nullable=False),
+    ColumnInfo("c", "char", charset="utf8mb4", length=120, nullable=False),
+    ColumnInfo("pad", "char", charset="utf8mb4", length=60, nullable=False),
+), compose(1_700_000_000_000), handle_key=("id",))
+NOW = time.time()
+
+
+class Index:
+    def ddls_between(self, low, high):
+        return []
+
+    def table_info_at(self, schema, table, at):
+        return TABLE
+
+
+class RowChangeStorageSink(StorageSink):
+    accepts_arrow = False  # hides write_arrow: the RowChange path
+
+
+def workload(changes: int, seed: int = 1) -> list[list[RowChange]]:
+    """capture_bench's workload as the transactions the binlog holds."""
+    rng = random.Random(seed)
+    pad = lambda n: "".join(rng.choice("0123456789-") for _ in range(n))  # noqa: E731
+    live: dict[int, tuple[str, ...]] = {}
+    txns, next_id, rows, n = [], 1, 0, 0
+    while rows < changes:
+        n += 1
+        commit_ts = compose(1_700_000_001_000 + n)
+        choice = rng.random()
+        txn: list[RowChange] = []
+        if choice < 0.6 or next_id < 1000:
+            for i in range(100):
+                after = (str(next_id + i), str(rng.randint(1, 10**6)), pad(120), pad(60))
+                live[next_id + i] = after
+                txn.append(RowChange(commit_ts, "sbtest", "sbtest1", "insert", None, after, len(txn)))
+            next_id += 100
+        elif choice < 0.9:
+            low = rng.randint(1, next_id - 100)
+            for key in range(low, low + 50):
+                if key in live:
+                    before = live[key]
+                    live[key] = after = (before[0], str(int(before[1]) + 1), before[2], before[3])
+                    txn.append(RowChange(commit_ts, "sbtest", "sbtest1", "update", before, after, len(txn)))
+        else:
+            low = rng.randint(1, next_id - 100)
+            for key in range(low, low + 17):
+                if key in live:
+                    txn.append(RowChange(commit_ts, "sbtest", "sbtest1", "delete", live.pop(key), None, len(txn)))
+        if txn:
+            txns.append(txn)
+            rows += len(txn)
+    return txns
+
+
+def batches(txns: list[list[RowChange]], batch_rows: int) -> list[pa.Table]:
+    """Micro-batches of whole transactions, each with its range marker, as df.toArrow() gives them."""
+    result, builder, start = [], PythonBatchBuilder(), 0
+    for txn in txns:
+        builder.add_changes(txn)
+        if len(builder) >= batch_rows or txn is txns[-1]:
+            end = txn[0].commit_ts
+            result.append(pa.Table.from_batches([marker_batch(start, end), builder.finish()]))
+            start = end
+    return result
+
+
+def run(sink_class, tables: list[pa.Table], protocol: str, root: str, profile: bool = False) -> float:
+    sink = sink_class(f"file://{root}?protocol={protocol}&date-separator=none", SinkConfig(protocol=protocol),
+                      clock=lambda: NOW)
+    profiler = cProfile.Profile() if profile else None
+    began = time.process_time()
+    if profiler:
+        profiler.enable()
+    for table in tables:
+        write_batch(table, Index(), sink, lambda s, t: True, lambda ts: None)
+    sink.close()
+    if profiler:
+        profiler.disable()
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(18)
+    return time.process_time() - began
+
+
+def tree(root: str) -> dict[str, bytes]:
+    found = {}
+    for directory, _, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(directory, name), "rb") as handle:
+                found[os.path.relpath(os.path.join(directory, name), root)] = handle.read()
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=100_000)
+    parser.add_argument("--batch-rows", type=int, default=20_000)
+    parser.add_argument("--protocol", default="canal-json", choices=["canal-json", "csv"])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    txns = workload(args.changes)
+    tables = batches(txns, args.batch_rows)
+    rows = sum(len(t) for t in txns)
+    print(f"{rows} row changes in {len(txns)} transactions, {len(tables)} batches, protocol {args.protocol}")
+    best = {"row-change": float("inf"), "columnar": float("inf")}
+    with tempfile.TemporaryDirectory() as scratch:
+        for round_number in range(args.rounds):
+            roots = {}
+            for name, sink_class in (("row-change", RowChangeStorageSink), ("columnar", StorageSink)):
+                roots[name] = os.path.join(scratch, f"{name}-{round_number}")
+                best[name] = min(best[name], run(sink_class, tables, args.protocol, roots[name]))
+            if tree(roots["row-change"]) != tree(roots["columnar"]):
+                print("the two paths wrote different storage", file=sys.stderr)
+                return 1
+        if args.profile:
+            run(StorageSink, tables, args.protocol, os.path.join(scratch, "profiled"), profile=True)
+    for name, seconds in best.items():
+        print(f"{name:>10}: {seconds:6.2f} CPU s, {seconds / rows * 1e6:6.2f} CPU us/row (best of {args.rounds})")
+    print(f"columnar / row-change CPU: {best['columnar'] / best['row-change']:.2f}")
+    print("load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
