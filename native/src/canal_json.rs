@@ -10,10 +10,11 @@
 
 use std::collections::HashMap;
 
-use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+
+use crate::arrow_input::{bytes_of, fixed, i32_at, i64_at, Image, ImageSpec};
 
 const OP_INSERT: i32 = 0;
 const OP_UPDATE: i32 = 1;
@@ -111,123 +112,6 @@ struct Column {
 /// `(quoted_name, java, promotion_limit or None, promoted, convert, members, handle_key, label)`.
 #[derive(FromPyObject)]
 struct ColumnSpec(String, i32, Option<u64>, i32, String, Vec<String>, bool, String);
-
-/// `(validity, offset, offsets, value_validity, value_offset, value_offsets, data)`: a
-/// `list<string>` array's buffers (validity may be None) and the offsets of it and its values.
-#[derive(FromPyObject)]
-struct ImageSpec(
-    Option<PyBuffer<i8>>,
-    usize,
-    PyBuffer<i8>,
-    Option<PyBuffer<i8>>,
-    usize,
-    PyBuffer<i8>,
-    Option<PyBuffer<i8>>,
-);
-
-fn bytes_of(buffer: &PyBuffer<i8>) -> PyResult<&[u8]> {
-    if !buffer.is_c_contiguous() {
-        return Err(PyValueError::new_err("Arrow buffers must be contiguous"));
-    }
-    // The exporting object (a pyarrow.Buffer) stays alive and unchanged while `buffer` is held.
-    Ok(unsafe { std::slice::from_raw_parts(buffer.buf_ptr() as *const u8, buffer.len_bytes()) })
-}
-
-fn optional_bytes(buffer: &Option<PyBuffer<i8>>) -> PyResult<Option<&[u8]>> {
-    buffer.as_ref().map(bytes_of).transpose()
-}
-
-fn bit(bitmap: Option<&[u8]>, index: usize) -> Result<bool, String> {
-    match bitmap {
-        None => Ok(true),
-        Some(bits) => bits
-            .get(index / 8)
-            .map(|b| b & (1 << (index % 8)) != 0)
-            .ok_or_else(|| "validity bitmap too short".to_string()),
-    }
-}
-
-fn int32_at(buffer: &[u8], index: usize) -> Result<usize, String> {
-    let raw = buffer.get(index * 4..index * 4 + 4).ok_or_else(|| "offsets buffer too short".to_string())?;
-    let value = i32::from_le_bytes(raw.try_into().unwrap());
-    usize::try_from(value).map_err(|_| "negative offset".to_string())
-}
-
-/// A `list<string>` column over borrowed Arrow buffers.
-struct Image<'a> {
-    validity: Option<&'a [u8]>,
-    offset: usize,
-    offsets: &'a [u8],
-    value_validity: Option<&'a [u8]>,
-    value_offset: usize,
-    value_offsets: &'a [u8],
-    data: &'a [u8],
-}
-
-impl<'a> Image<'a> {
-    fn new(spec: &'a ImageSpec, rows: usize) -> Result<Image<'a>, String> {
-        let py_err = |e: PyErr| e.to_string();
-        let image = Image {
-            validity: optional_bytes(&spec.0).map_err(py_err)?,
-            offset: spec.1,
-            offsets: bytes_of(&spec.2).map_err(py_err)?,
-            value_validity: optional_bytes(&spec.3).map_err(py_err)?,
-            value_offset: spec.4,
-            value_offsets: bytes_of(&spec.5).map_err(py_err)?,
-            data: optional_bytes(&spec.6).map_err(py_err)?.unwrap_or(&[]),
-        };
-        if rows > 0 {
-            // Every value this call can reach is valid UTF-8 (checked once, not per value).
-            let first = int32_at(image.offsets, image.offset)?;
-            let last = int32_at(image.offsets, image.offset + rows)?;
-            if last < first {
-                return Err("list offsets decrease".into());
-            }
-            let start = int32_at(image.value_offsets, image.value_offset + first)?;
-            let end = int32_at(image.value_offsets, image.value_offset + last)?;
-            let text = image.data.get(start..end).ok_or("string data shorter than its offsets")?;
-            if std::str::from_utf8(text).is_err() {
-                return Err("a value is not valid UTF-8".into());
-            }
-        }
-        Ok(image)
-    }
-
-    /// The value indexes of row `row`'s list, or None for a null list.
-    fn list(&self, row: usize) -> Result<Option<(usize, usize)>, String> {
-        let index = self.offset + row;
-        if !bit(self.validity, index)? {
-            return Ok(None);
-        }
-        let (start, end) = (int32_at(self.offsets, index)?, int32_at(self.offsets, index + 1)?);
-        if end < start {
-            return Err("list offsets decrease".into());
-        }
-        Ok(Some((start, end)))
-    }
-
-    fn value(&self, index: usize) -> Result<Option<&'a [u8]>, String> {
-        let index = self.value_offset + index;
-        if !bit(self.value_validity, index)? {
-            return Ok(None);
-        }
-        let (start, end) = (int32_at(self.value_offsets, index)?, int32_at(self.value_offsets, index + 1)?);
-        self.data.get(start..end).map(Some).ok_or_else(|| "string offsets out of range".to_string())
-    }
-
-    fn values(&self, row: usize, into: &mut Vec<Option<&'a [u8]>>) -> Result<bool, String> {
-        into.clear();
-        match self.list(row)? {
-            None => Ok(false),
-            Some((start, end)) => {
-                for index in start..end {
-                    into.push(self.value(index)?);
-                }
-                Ok(true)
-            }
-        }
-    }
-}
 
 /// Is the unsigned integer text above `limit`? (Python's `int(value) > limit`.)
 fn above(text: &[u8], limit: u64) -> Option<bool> {
@@ -494,20 +378,16 @@ impl CanalJsonLayout {
         py: Python<'py>,
         rows: usize,
         now_ms: i64,
-        commit_ts: PyBuffer<i8>,
+        commit_ts: pyo3::buffer::PyBuffer<i8>,
         commit_ts_offset: usize,
-        ops: PyBuffer<i8>,
+        ops: pyo3::buffer::PyBuffer<i8>,
         ops_offset: usize,
         before: ImageSpec,
         after: ImageSpec,
     ) -> PyResult<Vec<(i64, Bound<'py, PyBytes>)>> {
         let error = |message: String| PyValueError::new_err(format!("canal-json encoding of {}: {message}", self.name));
-        let commit_ts = bytes_of(&commit_ts)?;
-        let ops = bytes_of(&ops)?;
-        let commit_ts = commit_ts
-            .get(commit_ts_offset * 8..(commit_ts_offset + rows) * 8)
-            .ok_or_else(|| error("commit_ts buffer too short".into()))?;
-        let ops = ops.get(ops_offset * 4..(ops_offset + rows) * 4).ok_or_else(|| error("ops buffer too short".into()))?;
+        let commit_ts = fixed(bytes_of(&commit_ts)?, commit_ts_offset, rows, 8, "commit_ts").map_err(error)?;
+        let ops = fixed(bytes_of(&ops)?, ops_offset, rows, 4, "ops").map_err(error)?;
         let before = Image::new(&before, rows).map_err(error)?;
         let after = Image::new(&after, rows).map_err(error)?;
 
@@ -515,8 +395,8 @@ impl CanalJsonLayout {
         let mut cuts: Vec<(i64, usize)> = Vec::new();
         let mut scratch = Scratch { before: Vec::new(), after: Vec::new(), keep: Vec::new(), old_keep: Vec::new(), number: String::new() };
         for row in 0..rows {
-            let ts = i64::from_le_bytes(commit_ts[row * 8..row * 8 + 8].try_into().unwrap());
-            let op = i32::from_le_bytes(ops[row * 4..row * 4 + 4].try_into().unwrap());
+            let ts = i64_at(commit_ts, row);
+            let op = i32_at(ops, row);
             if cuts.last().map_or(true, |&(last, _)| last != ts) {
                 cuts.push((ts, out.len()));
             }

@@ -13,9 +13,12 @@
 //! to Python, which wraps them as a `pyarrow.RecordBatch` (`sparkcdc.upstream.range_reader`).
 //!
 //! `canal_json::CanalJsonLayout` goes the other way on the driver: it encodes such columns as
-//! canal-json bytes (`sparkcdc.sink.codec.canal_json`).
+//! canal-json bytes (`sparkcdc.sink.codec.canal_json`), and `csv::CsvLayout` as CSV lines
+//! (`sparkcdc.sink.codec.csv`).
 
+mod arrow_input;
 mod canal_json;
+mod csv;
 
 use std::ffi::{c_char, CString};
 use std::fmt::Write as _;
@@ -1010,6 +1013,7 @@ fn sparkcdc_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<RowLayout>()?;
     m.add_class::<ChangeBatchBuilder>()?;
     m.add_class::<canal_json::CanalJsonLayout>()?;
+    m.add_class::<csv::CsvLayout>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

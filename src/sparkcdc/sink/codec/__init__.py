@@ -88,6 +88,28 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after) -> ArrowRows:
     return ArrowRows(commit_ts, codes, before, after)
 
 
+_EMPTY_OFFSETS = pa.py_buffer(bytes(4))
+
+
+def _image_buffers(image: pa.ListArray) -> tuple:
+    values = image.values
+    validity, offsets = image.buffers()[:2]
+    value_validity, value_offsets, data = values.buffers()
+    if offsets is None:  # an empty array built from buffers
+        offsets, image_offset = _EMPTY_OFFSETS, 0
+    else:
+        image_offset = image.offset
+    return (validity, image_offset, offsets, value_validity, values.offset, value_offsets or _EMPTY_OFFSETS, data)
+
+
+def arrow_buffers(rows: ArrowRows) -> tuple:
+    """The buffers and offsets native encoders read: (commit_ts, its offset, op codes, their
+    offset, before, after), each image as (validity, offset, offsets, value validity, value
+    offset, value offsets, data)."""
+    return (rows.commit_ts.buffers()[1], rows.commit_ts.offset, rows.op_codes.buffers()[1], rows.op_codes.offset,
+            _image_buffers(rows.before), _image_buffers(rows.after))
+
+
 def arrow_transactions(table: TableInfo, rows: ArrowRows) -> Iterator[tuple[int, list[RowChange]]]:
     """The rows as RowChanges, one list per run of equal commit_ts (a transaction): the
     reference every columnar encoder must match."""

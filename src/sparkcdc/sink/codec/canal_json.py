@@ -16,7 +16,7 @@ import pyarrow as pa
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
-from sparkcdc.sink.codec import ArrowRows, arrow_rows, arrow_transactions, gojson
+from sparkcdc.sink.codec import arrow_buffers, arrow_rows, arrow_transactions, gojson
 from sparkcdc.sink.kafka.large_message import HANDLE_KEY_ONLY
 from sparkcdc.sink.codec.mysqltypes import (
     display_length,
@@ -205,23 +205,6 @@ class _TableLayout:
         return "[{" + ",".join(fields) + "}]"
 
 
-_EMPTY_OFFSETS = pa.py_buffer(bytes(4))
-
-
-def _image_buffers(image: pa.ListArray) -> tuple:
-    """A list<string> array's buffers and offsets as CanalJsonLayout.encode reads them."""
-    values = image.values
-    validity, offsets = image.buffers()[:2]
-    value_validity, value_offsets, data = values.buffers()
-    if offsets is None:  # an empty array built from buffers
-        offsets, image_offset = _EMPTY_OFFSETS, 0
-    else:
-        image_offset = image.offset
-    if value_offsets is None:
-        value_offsets = _EMPTY_OFFSETS
-    return (validity, image_offset, offsets, value_validity, values.offset, value_offsets, data)
-
-
 class CanalJSONEncoder:
     """Canal-JSON rows for storage files (TiCDC's JSONTxnEventEncoder) and MQ messages."""
 
@@ -273,9 +256,7 @@ class CanalJSONEncoder:
         native = self._native_layout(table)
         if native is None:
             return [(ts, self._encode_rows(table, changes, now_ms)) for ts, changes in arrow_transactions(table, rows)]
-        return native.encode(len(rows), now_ms, rows.commit_ts.buffers()[1], rows.commit_ts.offset,
-                             rows.op_codes.buffers()[1], rows.op_codes.offset,
-                             _image_buffers(rows.before), _image_buffers(rows.after))
+        return native.encode(len(rows), now_ms, *arrow_buffers(rows))
 
     def _native_layout(self, table: TableInfo) -> Optional[Any]:
         """The table's compiled native layout, or None without the native encoder or for a

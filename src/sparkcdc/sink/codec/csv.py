@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import base64
 from decimal import Decimal
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pyarrow as pa
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
-from sparkcdc.sink.codec import arrow_rows, arrow_transactions
+from sparkcdc.sink.codec import arrow_buffers, arrow_rows, arrow_transactions
 from sparkcdc.sink.codec.mysqltypes import is_binary, type_name
 
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")
@@ -44,9 +44,23 @@ class CSVEncoder:
 
     file_extension = "csv"
 
-    def __init__(self, sink: SinkConfig):
+    def __init__(self, sink: SinkConfig, native: bool = True):
+        """`native`: encode `encode_arrow` rows with sparkcdc_native when it is built with the
+        CSV encoder (else, or when False, with the Python reference)."""
         self._sink = sink
         self._csv = sink.csv
+        self._native = None
+        if native:
+            from sparkcdc.upstream.native_decode import native_encoder_module
+
+            module = native_encoder_module()
+            self._native = module if module is not None and hasattr(module, "CsvLayout") else None
+        self._native_layouts: dict[tuple, Any] = {}
+
+    @property
+    def is_native(self) -> bool:
+        """Whether `encode_arrow` runs in sparkcdc_native."""
+        return self._native is not None
 
     # -- values -------------------------------------------------------------------------
     def _quoted(self, text: str) -> str:
@@ -140,7 +154,46 @@ class CSVEncoder:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow)."""
         rows = arrow_rows(table, commit_ts, ops, before, after)
-        return [(ts, self.encode_rows(table, changes)) for ts, changes in arrow_transactions(table, rows)]
+        if not len(rows):
+            return []
+        native = self._native_layout(table)
+        if native is None:
+            return [(ts, self.encode_rows(table, changes)) for ts, changes in arrow_transactions(table, rows)]
+        return native.encode(len(rows), *arrow_buffers(rows))
+
+    def _native_layout(self, table: TableInfo) -> Optional[Any]:
+        if self._native is None:
+            return None
+        key = (table.schema, table.table, table.version, table.columns)
+        layout = self._native_layouts.get(key)
+        if layout is None:
+            layout = self._native_layouts[key] = self._compile_native(table)
+        return layout
+
+    def _compile_native(self, table: TableInfo) -> Any:
+        assert self._native is not None
+        csv = self._csv
+        start = csv.delimiter + self._quoted(table.table) + csv.delimiter + self._quoted(table.schema)
+        index = {c.name: i for i, c in enumerate(table.columns)}
+        escaped_delimiter = "".join("\\" + ch for ch in csv.delimiter)
+        return self._native.CsvLayout(
+            f"{table.schema}.{table.table}",
+            tuple(self._quoted(op) + start for op in ("D", "I", "U")),
+            [self._value_kind(c) for c in table.columns],
+            [index[name] for name in table.handle_key if name in index],
+            (csv.delimiter, csv.quote, escaped_delimiter, csv.null, self._sink.terminator),
+            (csv.include_commit_ts, csv.output_old_value, csv.output_handle_key, csv.binary_encoding_method == "hex"),
+        )
+
+    @staticmethod
+    def _value_kind(col: ColumnInfo) -> str:
+        """How `format_value` writes the column, for the native encoder."""
+        name = type_name(col)
+        if name in _BARE_TYPES:
+            return "bare"
+        if name in ("float", "double"):
+            return "float"
+        return "binary" if is_binary(col) else "quoted"
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[bytes]:
         return None

@@ -1,7 +1,7 @@
-"""Differential test of canal-json `encode_arrow`: the native encoder (sparkcdc_native's
-CanalJsonLayout), the Python reference path and `encode_rows` over RowChanges write the same
-bytes for random tables, values of every column type, ops, and every SinkConfig option the
-encoder honours; sliced and chunked arrays included."""
+"""Differential test of `encode_arrow` for canal-json and CSV: the native encoders
+(sparkcdc_native's CanalJsonLayout and CsvLayout), the Python reference path and `encode_rows`
+over RowChanges write the same bytes for random tables, values of every column type, ops, and
+every SinkConfig option the encoders honour; sliced and chunked arrays included."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sparkcdc.config.replica import SinkConfig
+from sparkcdc.config.replica import CSVConfig, SinkConfig
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.sink.codec.canal_json import CanalJSONEncoder
+from sparkcdc.sink.codec.csv import CSVEncoder
 from sparkcdc.upstream import native_decode
 
 IMAGE = pa.list_(pa.string())
@@ -130,7 +131,7 @@ def _columns(rows: list[RowChange], pad: int = 0):
     return tuple(array.slice(pad, len(rows)) for array in arrays)
 
 
-def _expected(encoder: CanalJSONEncoder, table: TableInfo, rows: list[RowChange]) -> list[tuple[int, bytes]]:
+def _expected(encoder, table: TableInfo, rows: list[RowChange]) -> list[tuple[int, bytes]]:
     by_txn: dict[int, list[RowChange]] = {}
     for row in rows:
         by_txn.setdefault(row.commit_ts, []).append(row)
@@ -230,3 +231,42 @@ def test_forcing_the_python_encoder(monkeypatch):
     assert native_decode.native_encoder_module() is None
     assert not CanalJSONEncoder(SinkConfig()).is_native
     assert "forced by SPARKCDC_PURE_PYTHON_ENCODER" in native_decode.decoder_description()
+
+
+# -- CSV ------------------------------------------------------------------------------------
+CSV_CONFIGS = st.builds(
+    CSVConfig,
+    delimiter=st.sampled_from([",", "|", ";;", "é"]),
+    quote=st.sampled_from(['"', "'", ""]),
+    null=st.sampled_from(["\\N", "", "NULL"]),
+    include_commit_ts=st.booleans(),
+    binary_encoding_method=st.sampled_from(["base64", "hex"]),
+    output_old_value=st.booleans(),
+    output_handle_key=st.booleans(),
+)
+CSV_SINKS = st.builds(SinkConfig, terminator=st.sampled_from(["\r\n", "\n"]), csv=CSV_CONFIGS)
+needs_native_csv = pytest.mark.skipif(native_encoder is None or not hasattr(native_encoder, "CsvLayout"),
+                                      reason=native_decode.decoder_description())
+
+
+@needs_native_csv
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data(), sink=CSV_SINKS, pad=st.integers(0, 2))
+def test_native_csv_encode_arrow_matches_the_python_reference(data, sink, pad):
+    table_and_values = data.draw(tables())
+    table = table_and_values[0]
+    rows = data.draw(transactions(table_and_values))
+    native, python = CSVEncoder(sink), CSVEncoder(sink, native=False)
+    assert native.is_native and not python.is_native
+    columns = _columns(rows, pad)
+    assert native.encode_arrow(table, *columns) == python.encode_arrow(table, *columns) == _expected(python, table, rows)
+
+
+@pytest.mark.parametrize("text", ["0", "-0.0", "1e+300", "1.5e-07", "123456.7", "1234567", "0.0001", "0.00001",
+                                  "-3.14159", "100", "2.5E+3", "+7", "1000000.5"])
+@needs_native_csv
+def test_native_csv_floats_like_go_percent_v(text):
+    table = TableInfo("db", "t", 1, (ColumnInfo("f", "double"),), 1)
+    rows = [RowChange(1, "db", "t", "insert", None, (text,))]
+    native, python = CSVEncoder(SinkConfig()), CSVEncoder(SinkConfig(), native=False)
+    assert native.encode_arrow(table, *_columns(rows)) == _expected(python, table, rows)
