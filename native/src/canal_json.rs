@@ -208,6 +208,7 @@ impl CanalJsonLayout {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn row<'a>(
         &self,
         out: &mut Vec<u8>,
@@ -397,7 +398,7 @@ impl CanalJsonLayout {
         for row in 0..rows {
             let ts = i64_at(commit_ts, row);
             let op = i32_at(ops, row);
-            if cuts.last().map_or(true, |&(last, _)| last != ts) {
+            if cuts.last().map(|&(last, _)| last) != Some(ts) {
                 cuts.push((ts, out.len()));
             }
             let has_before = before.values(row, &mut scratch.before).map_err(error)?;

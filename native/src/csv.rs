@@ -122,7 +122,7 @@ fn push_go_float(out: &mut Vec<u8>, text: &[u8]) -> Result<(), String> {
         out.extend_from_slice(itoa::Buffer::new().format(magnitude).as_bytes());
     } else if exponent >= 0 {
         out.extend_from_slice(digits);
-        out.extend(std::iter::repeat(b'0').take(exponent as usize));
+        out.resize(out.len() + exponent as usize, b'0');
     } else {
         let point = digits.len() as i64 + exponent;
         if point > 0 {
@@ -131,7 +131,7 @@ fn push_go_float(out: &mut Vec<u8>, text: &[u8]) -> Result<(), String> {
             out.extend_from_slice(&digits[point as usize..]);
         } else {
             out.extend_from_slice(b"0.");
-            out.extend(std::iter::repeat(b'0').take((-point) as usize));
+            out.resize(out.len() + (-point) as usize, b'0');
             out.extend_from_slice(digits);
         }
     }
@@ -218,6 +218,7 @@ impl CsvLayout {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn line(
         &self,
         py: Python<'_>,
@@ -349,7 +350,7 @@ impl CsvLayout {
         for row in 0..rows {
             let ts = i64_at(commit_ts, row);
             let op = i32_at(ops, row);
-            if cuts.last().map_or(true, |&(last, _)| last != ts) {
+            if cuts.last().map(|&(last, _)| last) != Some(ts) {
                 cuts.push((ts, out.len()));
             }
             let has_before = before_image.values(row, &mut before).map_err(error)?;
