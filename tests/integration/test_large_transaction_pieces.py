@@ -12,6 +12,7 @@ import pytest
 
 from sparkcdc.cli.main import main
 from sparkcdc.config.replica import ReplicaConfig, SinkConfig
+from sparkcdc.consumer.storage_consumer import StorageConsumer
 from sparkcdc.consumer.storage_reader import rebuild_tables
 from sparkcdc.pipeline.batch_sink import batch_bounds, write_batch
 from sparkcdc.pipeline.source import (
@@ -149,8 +150,10 @@ def test_split_transactions_reach_mysql_and_storage_with_a_restart_mid_transacti
                 cur.execute(ddl.replace("CREATE TABLE ", f"CREATE TABLE `{fresh_db}`."))
     root = tmp_path / "storage"
     storage_uri = f"file://{root}?protocol=canal-json&enable-tidb-extension=true"
-    consume = ["consumer", "storage", "--upstream-uri", storage_uri, "--downstream-uri", consumed.uri, "--once",
-               "--checkpoint-file", str(tmp_path / "consumer-checkpoint")]
+    # A long-running consumer (as `sparkcdc consumer storage` builds it): a round at the crash,
+    # one at the end; it must write the transaction its files repeat idempotently.
+    consumer_sink = MySQLSink(consumed.uri, ReplicaConfig())
+    consumer = StorageConsumer(storage_uri, consumer_sink, "canal-json")
     options = source_options(mariadb, index)
     split = {t.commit_ts: t for t in txns if t.piece_count > 1}
     checkpoints: list[int] = []
@@ -175,7 +178,7 @@ def test_split_transactions_reach_mysql_and_storage_with_a_restart_mid_transacti
     assert crashed_at.piece >= 3 and checkpoints[-1] == big - 1
     # Storage readers at the checkpoint see none of the unfinished transaction.
     assert len(rebuild_tables(str(root), "canal-json").get((fresh_db, "t"), {})) == 0
-    assert main(consume) == 0
+    consumer.sync_once()
     with consumed.connect(database=fresh_db) as down:
         assert rows_of(down, "t") == [] and rows_of(down, "u") == [(1, 1)]
     for sink in sinks:
@@ -193,7 +196,11 @@ def test_split_transactions_reach_mysql_and_storage_with_a_restart_mid_transacti
     assert checkpoints == sorted(checkpoints) and checkpoints[-1] == index.resolved_ts()
     for ts in split:  # between a split transaction's batches the checkpoint stays below it
         assert ts - 1 in checkpoints
-    assert main(consume) == 0
+    assert consumer.sync_once() == index.resolved_ts()
+    consumer_sink.close()
+    # And the command, from the start: everything again, idempotently.
+    assert main(["consumer", "storage", "--upstream-uri", storage_uri, "--downstream-uri", consumed.uri, "--once",
+                 "--checkpoint-file", str(tmp_path / "consumer-checkpoint")]) == 0
     for server in (downstream, consumed):
         with server.connect(database=fresh_db) as down:
             for name in TABLES:

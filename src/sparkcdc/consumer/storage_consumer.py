@@ -64,8 +64,6 @@ _BINARY_TYPES = ("binary", "varbinary", "tinyblob", "blob", "mediumblob", "longb
 
 
 class Downstream(Protocol):
-    replicating_ts: int  # transactions up to it are written idempotently (the MySQL sink's)
-
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None: ...
     def write_ddl(self, ddl: DDLEvent) -> None: ...
     def flush(self) -> None: ...
@@ -458,10 +456,9 @@ class StorageConsumer:
             newest = applied
             # Rows applied already (or replays), or past the storage checkpoint, are dropped;
             # the newest transaction of the files before goes on: a large one spans files (one
-            # per micro-batch piece), and is written idempotently, as a replay of it may repeat rows.
+            # per micro-batch piece). Rows a replay repeats hit duplicate keys, which the MySQL
+            # sink then writes idempotently.
             keep = lambda ts, applied=applied: applied_before < ts <= upper and applied <= ts  # noqa: E731
-            if applied > applied_before and hasattr(self._downstream, "replicating_ts"):
-                self._downstream.replicating_ts = max(self._downstream.replicating_ts, applied)
             for change in _decoded(decode(text, list(data_file.columns), self._sink, keep), data_file.path):
                 commit_ts = change.commit_ts
                 if commit_ts is None:
