@@ -1,6 +1,7 @@
-"""Encode benchmark: canal-json rows/s per CPU second, Python vs native `encode_arrow`, one process.
+"""Encode benchmark: rows/s per CPU second, Python vs native `encode_arrow`, one process.
 
-    .venv/bin/python bench/encode_bench.py [--rows 200000] [--rounds 3] [--table sysbench|wide] [--batch-rows 4096]
+    .venv/bin/python bench/encode_bench.py [--rows 200000] [--rounds 3] [--table sysbench|wide]
+        [--protocol canal-json|csv] [--batch-rows 4096]
 
 No services: one table's rows are built in memory as the Arrow columns `write_batch` hands the
 storage sink (range_reader.CHANGE_SCHEMA's commit_ts/op/before/after, netted and split), in
@@ -8,9 +9,9 @@ batches of --batch-rows rows of 100-row transactions. `sysbench` is `id INT PK, 
 c CHAR(120), pad CHAR(60)` with sysbench-style values, 60% inserts, 30% updates, 10% deletes;
 `wide` is the 36 mixed-type columns of sparkcdc.testing.alltypes (its two non-NULL rows,
 inserts). Then, interleaved for --rounds rounds, over the same batches:
-  python   CanalJSONEncoder.encode_arrow on the Python path: RowChange objects, then encode_rows
-           (what the driver did per row before the native encoder)
-  native   the same call with sparkcdc_native's CanalJsonLayout, from the Arrow buffers
+  python   the encoder's encode_arrow on the Python path: RowChange objects, then encode_rows
+           (what the driver did per row before the native encoders)
+  native   the same call with sparkcdc_native's CanalJsonLayout / CsvLayout, from the Arrow buffers
 Both produce the same bytes (checked each round). Rows/s are per CPU second of this process.
 """
 
@@ -30,6 +31,7 @@ import pyarrow as pa  # noqa: E402
 from sparkcdc.config.replica import SinkConfig  # noqa: E402
 from sparkcdc.model.events import BINARY_CHARSET, ColumnInfo, TableInfo  # noqa: E402
 from sparkcdc.sink.codec.canal_json import CanalJSONEncoder  # noqa: E402
+from sparkcdc.sink.codec.csv import CSVEncoder  # noqa: E402
 from sparkcdc.testing.alltypes import COLUMNS, ROWS  # noqa: E402
 from sparkcdc.upstream.schema_reader import parse_elements  # noqa: E402
 
@@ -117,7 +119,7 @@ def batches(rows: list, batch_rows: int) -> list[tuple[pa.Array, ...]]:
     return out
 
 
-def timed(encoder: CanalJSONEncoder, table: TableInfo, work: list) -> tuple[float, list]:
+def timed(encoder, table: TableInfo, work: list) -> tuple[float, list]:
     start = time.process_time()
     out = [encoder.encode_arrow(table, *columns) for columns in work]
     return time.process_time() - start, out
@@ -128,6 +130,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--table", choices=["sysbench", "wide"], default="sysbench")
+    parser.add_argument("--protocol", choices=["canal-json", "csv"], default="canal-json")
     parser.add_argument("--batch-rows", type=int, default=4096)
     args = parser.parse_args()
 
@@ -137,12 +140,16 @@ def main() -> None:
     work = batches(rows, args.batch_rows)
     sink = SinkConfig()
     clock = lambda: 1_700_000_000.0  # noqa: E731  (a fixed ts so both outputs compare equal)
-    encoders = {"python": CanalJSONEncoder(sink, clock=clock, native=False), "native": CanalJSONEncoder(sink, clock=clock)}
+    if args.protocol == "csv":
+        encoders = {"python": CSVEncoder(sink, native=False), "native": CSVEncoder(sink)}
+    else:
+        encoders = {"python": CanalJSONEncoder(sink, clock=clock, native=False),
+                    "native": CanalJSONEncoder(sink, clock=clock)}
     if not encoders["native"].is_native:
         encoders.pop("native")
-        print("sparkcdc_native has no canal-json encoder (run scripts/setup.sh): Python only")
+        print(f"sparkcdc_native has no {args.protocol} encoder (run scripts/setup.sh): Python only")
     print(f"load average before: {os.getloadavg()}")
-    print(f"{args.table}: {len(rows):,} rows, {len(work)} batches of <= {args.batch_rows} rows")
+    print(f"{args.protocol}, {args.table}: {len(rows):,} rows, {len(work)} batches of <= {args.batch_rows} rows")
     seconds: dict[str, list[float]] = {name: [] for name in encoders}
     size = 0
     for round_number in range(args.rounds):
@@ -154,7 +161,7 @@ def main() -> None:
         if "native" in outputs and outputs["native"] != outputs["python"]:
             raise SystemExit("native and Python encoders wrote different bytes")
         size = sum(len(data) for batch in outputs["python"] for _, data in batch)
-    print(f"output: {size / 2**20:,.1f} MiB of canal-json")
+    print(f"output: {size / 2**20:,.1f} MiB of {args.protocol}")
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     for name, cpu in medians.items():
         print(f"median {name:7s} {len(rows) / cpu:12,.0f} rows/s per CPU second ({cpu:.3f} CPU s)")
