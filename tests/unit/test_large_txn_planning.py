@@ -139,3 +139,6 @@ def test_sinks_that_need_whole_transactions_do_not_get_them_split():
     assert not splits_large_transactions("mysql://root@127.0.0.1:3306/?transaction-atomicity=table", config)
     config.consistent.level = "eventual"
     assert not splits_large_transactions("mysql://root@127.0.0.1:3306/", config)
+    config = ReplicaConfig()
+    config.enable_sync_point = True
+    assert not splits_large_transactions("mysql://root@127.0.0.1:3306/", config)

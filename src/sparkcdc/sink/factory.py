@@ -86,8 +86,9 @@ def splits_large_transactions(sink_uri: str, config: ReplicaConfig) -> bool:
     """Whether a transaction larger than a micro-batch may reach this sink over several batches
     (the source's split_transactions). Not for a MySQL sink with transaction-atomicity=table,
     which applies each transaction whole, nor with a redo log, whose pieces are cut between
-    transactions: those get every transaction in one batch, whatever its size."""
-    if config.consistent.level == "eventual":
+    transactions, nor with syncpoints, which must never see half a transaction downstream:
+    those get every transaction in one batch, whatever its size."""
+    if config.consistent.level == "eventual" or config.enable_sync_point:
         return False
     if classify_sink_uri(sink_uri) == "mysql":
         from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
