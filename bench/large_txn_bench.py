@@ -136,8 +136,8 @@ def main() -> int:
                 out_of_memory = "java.lang.OutOfMemoryError" in f.read()
             print(f"changefeed error: {str(info.get('error'))[:400]}")
             if out_of_memory:
-                print("the Spark JVM ran out of heap (java.lang.OutOfMemoryError): the whole transaction is one "
-                      "micro-batch, collected to the driver")
+                print("the Spark JVM ran out of heap (java.lang.OutOfMemoryError): a micro-batch was too large for "
+                      "the driver (a transaction over 8 MB of binlog should span several batches in pieces)")
             print(f"see {log_path}")
             return 1
         rows = sink_rows(sink_dir, args.protocol)
