@@ -2,11 +2,11 @@
 then the checkpoint lag of an idle upstream.
 
     .venv/bin/python bench/latency_bench.py [--rate 5000] [--seconds 60] [--txn-rows 50]
-                                            [--idle-seconds 60] [--poll 0.05]
+                                            [--idle-seconds 60] [--poll 0.05] [--trigger-interval 1s]
 
 A private MariaDB and a `sparkcdc server` with one changefeed to the file storage sink
-(canal-json + TiDB extension), started and warmed up before the clock
-starts (three checkpoints after create). Then:
+(canal-json + TiDB extension), started (with `--trigger-interval` when given) and warmed up
+before the clock starts (three checkpoints after create). Then:
   1. load: a writer inserts sysbench-shaped rows (`id, k, c CHAR(120), pad CHAR(60)`) in
      --txn-rows-row transactions, paced to offer --rate rows/s for --seconds, and records each
      transaction's commit time (when COMMIT returned, on this machine's clock); a watcher polls
@@ -14,7 +14,8 @@ starts (three checkpoints after create). Then:
      to a hidden temp file and renamed) and records when each row id first shows up. Latency =
      first seen - commit, per row; p50/p95/p99/max are printed with the offered rate achieved.
   2. idle: nothing is written for --idle-seconds; the changefeed's checkpoint lag (now - the
-     physical time of its checkpoint-ts, from the Open API) is sampled every 0.5 s, p50/max.
+     physical time of its checkpoint-ts, from the Open API) is sampled every 0.5 s, p50/p95/max,
+     with the server tree's CPU while idle.
 The checkpoint lag under load is sampled too. CPU seconds of the server's process tree and the
 load average are printed with the figures. Targets (issue 11): p99 <= 2 s at 5,000 rows/s; idle
 checkpoint lag <= 2 s.
@@ -146,6 +147,8 @@ def main() -> int:
     parser.add_argument("--txn-rows", type=int, default=50, help="rows per upstream transaction")
     parser.add_argument("--idle-seconds", type=float, default=60, help="length of the idle phase")
     parser.add_argument("--poll", type=float, default=0.05, help="how often the sink directory is listed (s)")
+    parser.add_argument("--trigger-interval", default=None, metavar="DURATION",
+                        help="the server's --trigger-interval (default: the server's own, 1s)")
     args = parser.parse_args()
     if args.rate <= 0 or args.seconds <= 0 or args.txn_rows <= 0 or args.idle_seconds < 0:
         parser.error("--rate, --seconds and --txn-rows must be positive, --idle-seconds not negative")
@@ -161,14 +164,16 @@ def main() -> int:
             cur.execute(f"CREATE DATABASE {DATABASE}")
             cur.execute(f"CREATE TABLE {DATABASE}.{TABLE} (id INT PRIMARY KEY, k INT NOT NULL, "
                         "c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, KEY k_1 (k))")
-        server = ServerProcess(os.path.join(base, "cdc"), mariadb.uri).start()
+        extra = ("--trigger-interval", args.trigger_interval) if args.trigger_interval else ()
+        server = ServerProcess(os.path.join(base, "cdc"), mariadb.uri, extra_args=extra).start()
         server.cli("changefeed", "create", "-c", CHANGEFEED,
                    "--sink-uri", f"file://{sink_dir}?protocol=canal-json&enable-tidb-extension=true")
         for _ in range(3):  # warm-up: the first batches of a new Spark query take seconds each
             now = tso.compose(int(time.time() * 1000))
             while server.checkpoint(CHANGEFEED) < now:
                 time.sleep(0.2)
-        print(f"load average before: {os.getloadavg()}", flush=True)
+        print(f"load average before: {os.getloadavg()}; trigger interval {args.trigger_interval or 'default'}",
+              flush=True)
 
         watcher.start()
         writer = PacedWriter(conn, args.rate, args.seconds, args.txn_rows)
@@ -204,10 +209,13 @@ def main() -> int:
                   f"({len(load_lags)} samples; commit-ts carry the binlog's whole-second event time)")
 
         if args.idle_seconds:
+            cpu_before = tree_usage(server.process.pid)[0]
             idle_lags = sample_lag(server, args.idle_seconds)
+            cpu_idle = tree_usage(server.process.pid)[0] - cpu_before
             print(f"idle {args.idle_seconds:.0f}s: checkpoint lag p50 {statistics.median(idle_lags):.2f}s  "
                   f"p95 {percentile(idle_lags, 0.95):.2f}s  max {max(idle_lags):.2f}s ({len(idle_lags)} samples; "
-                  f"target <= 2 s); load average: {os.getloadavg()}")
+                  f"target <= 2 s); server tree CPU {cpu_idle:.1f}s ({cpu_idle / args.idle_seconds:.2f} cores); "
+                  f"load average: {os.getloadavg()}")
     finally:
         if watcher.is_alive():
             watcher.stop()

@@ -58,6 +58,9 @@ RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
 # How long a MySQL sink retries a write in place before the failure restarts the changefeed.
 SINK_RETRY_SECONDS = 10.0
+# pyspark 4.3's name (pinned in pyproject.toml); its FileContext default costs ~3x per log write.
+_PLAIN_CHECKPOINT_FILE_MANAGER = \
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
 def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
@@ -75,6 +78,11 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.memory", "1g")
         .config("spark.sql.streaming.stopTimeout", "30s")
+        # Spark's own offset and commit logs are thrown away at every (re)start (the metastore
+        # checkpoint is where a changefeed resumes), yet written twice per micro-batch: keep few
+        # and write them with the plain FileSystem API, 60 -> 20 ms each (docs/benchmarks.md).
+        .config("spark.sql.streaming.minBatchesToRetain", "2")
+        .config("spark.sql.streaming.checkpointFileManagerClass", _PLAIN_CHECKPOINT_FILE_MANAGER)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
@@ -124,6 +132,8 @@ class ChangefeedRunner:
         self._retrying: dict[tuple[str, str], _Retrying] = {}  # warning episodes not yet recovered
         self._backing_off: dict[tuple[str, str], threading.Event] = {}  # set by stop(): no restart
         self._shutdown = threading.Event()
+        # Called before a changefeed's query starts: the capture stops its Spark warm-up there.
+        self.before_start: Callable[[], None] = lambda: None
         override = os.environ.get(TEST_ONLY_STUCK_DURATION_ENV)
         self._stuck_override = parse_go_duration(override) if override else None
 
@@ -168,6 +178,7 @@ class ChangefeedRunner:
                 _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
                 raise
             name = f"changefeed-{info.namespace}-{info.id}"
+            self.before_start()
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
                 query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path),
                                          self._batch_writer(info, config, sink, *extras),

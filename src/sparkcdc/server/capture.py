@@ -16,7 +16,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrAPIInvalidParam, ErrUpstreamUnreachable, SparkCDCError
@@ -29,10 +29,15 @@ from sparkcdc.upstream.preflight import preflight
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.txn_index import TxnIndex
 
+if TYPE_CHECKING:
+    from sparkcdc.server.warmup import WarmUp
+
 log = logging.getLogger(__name__)
 
 PULLER_SERVER_ID = 7700
 _ER_ACCESS_DENIED = 1045
+# Seconds a single-node capture waits after start before warming Spark for its first changefeed.
+LOCAL_WARM_UP_DELAY = 5.0
 
 
 @dataclass(frozen=True)
@@ -98,8 +103,9 @@ class Capture:
         else:
             self._spark = make_spark_session(self.options.spark_master)
         log.info("puller ready in %.1fs, Spark session in %.1fs", puller_ready - began, time.monotonic() - puller_ready)
+        warm_up = None
         if self.cluster is not None and not self.options.spark_remote:
-            self._warm_up_spark()
+            warm_up = self._warm_up_spark()
         self._runner = ChangefeedRunner(
             self._spark,
             self.store,
@@ -110,6 +116,8 @@ class Capture:
             self.options.trigger_interval,
             cluster_id=self.options.cluster_id,
         )
+        if warm_up is not None:
+            self._runner.before_start = warm_up.cancel
         threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
         if self.cluster is not None:
             # The runner's writes carry this capture's fence; its reads map checkpoints into our index.
@@ -117,20 +125,27 @@ class Capture:
             self._runner._next_server_id = self._reader_server_id_base
             self.cluster.open(self._runner)
             return
+        resumed = 0
         for info in self.store.list_changefeeds():
             if info.state in ("normal", "warning"):
                 try:
                     self._ensure_puller()
                     self._runner.start(info)
+                    resumed += 1
                 except Exception as exc:
                     log.error("could not restart changefeed %s: %s", info.id, exc)
+        if not resumed and not self.options.spark_remote:
+            # The next `changefeed create` would start Spark's first streaming query cold; a
+            # resumed changefeed warms it by itself. A create right after start (scripts, tests)
+            # goes first: a warm-up beside it would slow it down (docs/benchmarks.md).
+            self._runner.before_start = self._warm_up_spark(delay=LOCAL_WARM_UP_DELAY).cancel
 
-    def _warm_up_spark(self) -> None:
-        """In a cluster any capture may take over a changefeed at any time: warm Spark now, in the
-        background, so that takeover does not also pay for Spark's first streaming query."""
+    def _warm_up_spark(self, delay: float = 0.0) -> WarmUp:
+        """Warm Spark now, in the background, so that the first changefeed here (a takeover in a
+        cluster, the next create on a single node) does not also pay for Spark's first query."""
         from sparkcdc.server.warmup import start_warm_up
 
-        start_warm_up(self._spark)
+        return start_warm_up(self._spark, delay=delay)
 
     def close(self) -> None:
         self._closed.set()

@@ -63,9 +63,15 @@ class WarmupDataSource(DataSource):
         return _WarmupStreamReader()
 
 
-def warm_up(spark, timeout: float = 300.0) -> float:
-    """Run one micro-batch through a streaming query like a changefeed's; the seconds it took."""
+class WarmupCancelled(Exception):
+    """A changefeed started here before the warm-up finished."""
+
+
+def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = None) -> float:
+    """Run one micro-batch through a streaming query like a changefeed's; the seconds it took.
+    Setting `cancelled` stops the query and raises WarmupCancelled."""
     began = time.monotonic()
+    cancelled = cancelled or threading.Event()
     spark.dataSource.register(WarmupDataSource)
     checkpoint_dir = tempfile.mkdtemp(prefix="sparkcdc-warmup-")
     seen: list[int] = []
@@ -81,8 +87,11 @@ def warm_up(spark, timeout: float = 300.0) -> float:
                  .trigger(availableNow=True)
                  .start())
         try:
-            if not query.awaitTermination(timeout):
-                raise TimeoutError(f"the warm-up query did not finish within {timeout:.0f}s")
+            while not query.awaitTermination(0.2):
+                if cancelled.is_set():
+                    raise WarmupCancelled()
+                if time.monotonic() - began > timeout:
+                    raise TimeoutError(f"the warm-up query did not finish within {timeout:.0f}s")
         finally:
             query.stop()
     finally:
@@ -92,18 +101,38 @@ def warm_up(spark, timeout: float = 300.0) -> float:
     return time.monotonic() - began
 
 
-def start_warm_up(spark, attempts: int = 3) -> threading.Thread:
-    """Warm `spark` in a daemon thread; a failure is logged, never raised (it is an optimisation).
+class WarmUp:
+    """A warm-up running in the background."""
+
+    def __init__(self, thread: threading.Thread, cancelled: threading.Event):
+        self.thread = thread
+        self._cancelled = cancelled
+
+    def cancel(self) -> None:
+        """Stop the warm-up if it still runs, without waiting: a changefeed starting now warms
+        Spark by itself, and two first queries on a small machine slow each other down."""
+        self._cancelled.set()
+
+
+def start_warm_up(spark, attempts: int = 3, delay: float = 0.0) -> WarmUp:
+    """Warm `spark` in a daemon thread after `delay` seconds; a failure is logged, never raised
+    (it is an optimisation).
 
     Retried: on a loaded machine a query's first Python worker may miss Spark's 10 s deadline to
     connect back, the very cost the warm-up is there to pay."""
+    cancelled = threading.Event()
 
     def run() -> None:
+        if cancelled.wait(delay):
+            return  # a changefeed came first: nothing to warm
         began = time.monotonic()
         for attempt in range(1, attempts + 1):
             try:
-                seconds = warm_up(spark)
+                seconds = warm_up(spark, cancelled=cancelled)
             except Exception as exc:
+                if cancelled.is_set():
+                    log.info("Spark warm-up stopped after %.1fs: a changefeed started", time.monotonic() - began)
+                    return
                 if attempt < attempts:
                     log.info("Spark warm-up attempt %d failed; retrying: %s", attempt, _first_line(exc))
                     continue
@@ -114,7 +143,7 @@ def start_warm_up(spark, attempts: int = 3) -> threading.Thread:
 
     thread = threading.Thread(target=run, name="spark-warm-up", daemon=True)
     thread.start()
-    return thread
+    return WarmUp(thread, cancelled)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1,0 +1,80 @@
+"""On a real SparkSession: the runner's shortcut for a micro-batch that holds only the binlog
+source's range marker returns exactly the table Spark would read for it, and is not taken when
+the batch has more to read. One test, because a SparkSession costs ~20 s to start."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from typing import Iterator, Sequence
+
+from pyspark import cloudpickle
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+from sparkcdc.pipeline.runner import make_spark_session, marker_only_table, sole_planned_partition
+from sparkcdc.pipeline.source import ROW_SCHEMA, _MarkerPartition, marker_batch
+
+# Spark's Python processes unpickle the test source by value: this module is not importable there.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class _TwoBatchReader(DataSourceStreamReader):
+    """Batch (0, 1] is the marker alone; batch (1, 2] is the marker and a binlog-range stand-in."""
+
+    def initialOffset(self) -> dict:
+        return {"ts": 0}
+
+    def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        return {"ts": min(2, int(start["ts"]) + 1) if start else 1}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        begin, stop = int(start["ts"]), int(end["ts"])
+        marker = [_MarkerPartition(begin, stop)]
+        return marker if stop == 1 else marker + [InputPartition(stop)]
+
+    def read(self, partition: InputPartition) -> Iterator:
+        yield marker_batch(partition.start, partition.end)  # batch (1, 2] is never read
+
+    def commit(self, end: dict) -> None:
+        pass
+
+
+class _TwoBatchSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "sparkcdc_test_two_batches"
+
+    def schema(self) -> str:
+        return ROW_SCHEMA
+
+    def streamReader(self, schema) -> DataSourceStreamReader:
+        return _TwoBatchReader()
+
+
+def test_marker_only_batch_skips_the_spark_job_and_reads_the_same():
+    spark = make_spark_session("local[1]", "sparkcdc-test-marker-batch")
+    try:
+        spark.dataSource.register(_TwoBatchSource)
+        seen = {}
+
+        def write(df, batch_id: int) -> None:
+            shortcut = marker_only_table(sole_planned_partition(df))
+            seen[batch_id] = (shortcut, df.toArrow() if batch_id == 0 else None)
+
+        query = (spark.readStream.format("sparkcdc_test_two_batches").load().writeStream
+                 .foreachBatch(write).option("checkpointLocation", tempfile.mkdtemp())
+                 .trigger(processingTime="100 milliseconds").start())
+        deadline = time.monotonic() + 120
+        while len(seen) < 2 and time.monotonic() < deadline and query.isActive:
+            time.sleep(0.05)
+        query.stop()
+    finally:
+        spark.stop()
+    assert sorted(seen) == [0, 1], seen
+    shortcut, read = seen[0]
+    assert shortcut is not None, "the marker-only batch was not recognised from its plan"
+    assert shortcut.column_names == read.column_names
+    assert [f.type for f in shortcut.schema] == [f.type for f in read.schema]
+    assert shortcut.to_pylist() == read.to_pylist()
+    assert seen[1][0] is None, "a batch with a binlog range to read was taken for a marker-only one"
