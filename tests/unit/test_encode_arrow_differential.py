@@ -143,7 +143,7 @@ needs_native = pytest.mark.skipif(native_encoder is None, reason=native_decode.d
 CLOCK = lambda: 1700000000.123  # noqa: E731
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), sink=SINKS, pad=st.integers(0, 2))
 def test_python_encode_arrow_is_encode_rows_per_transaction(data, sink, pad):
     table_and_values = data.draw(tables())
@@ -154,7 +154,7 @@ def test_python_encode_arrow_is_encode_rows_per_transaction(data, sink, pad):
 
 
 @needs_native
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), sink=SINKS, pad=st.integers(0, 2))
 def test_native_encode_arrow_matches_the_python_reference(data, sink, pad):
     table_and_values = data.draw(tables())
@@ -250,7 +250,7 @@ needs_native_csv = pytest.mark.skipif(native_encoder is None or not hasattr(nati
 
 
 @needs_native_csv
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data(), sink=CSV_SINKS, pad=st.integers(0, 2))
 def test_native_csv_encode_arrow_matches_the_python_reference(data, sink, pad):
     table_and_values = data.draw(tables())
