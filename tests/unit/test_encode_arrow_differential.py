@@ -199,7 +199,7 @@ def test_bad_columns_name_the_problem(native):
     ts, ops = pa.array([1], pa.int64()), pa.array(["insert"])
     with pytest.raises(ValueError, match="unknown ops \\['upsert'\\]; use insert, update or delete"):
         encoder.encode_arrow(table, ts, pa.array(["upsert"]), pa.array([None], IMAGE), pa.array([["1", "a"]], IMAGE))
-    with pytest.raises(ValueError, match="after image of db.t has 1 values but the table has 2 columns"):
+    with pytest.raises(ValueError, match="db.t.* has 1 values but the table (has )?2 columns"):
         encoder.encode_arrow(table, ts, ops, pa.array([None], IMAGE), pa.array([["1"]], IMAGE))
     with pytest.raises(ValueError, match="differ in length"):
         encoder.encode_arrow(table, ts, pa.array(["insert", "insert"]), pa.array([None], IMAGE), pa.array([["1", "a"]], IMAGE))

@@ -63,9 +63,9 @@ def _plain(array, kind: pa.DataType, what: str) -> pa.Array:
     return array
 
 
-def arrow_rows(table: TableInfo, commit_ts, ops, before, after) -> ArrowRows:
-    """Checks `encode_arrow`'s columns: equal lengths, no null commit_ts, known ops, and row
-    images with one value per column of `table`."""
+def arrow_rows(table: TableInfo, commit_ts, ops, before, after, check_widths: bool = True) -> ArrowRows:
+    """Checks `encode_arrow`'s columns: equal lengths, no null commit_ts, known ops, and (unless
+    the native encoders check it per row, as they do) row images of one value per column."""
     commit_ts = _plain(commit_ts, pa.int64(), "commit_ts")
     ops = _plain(ops, pa.string(), "ops")
     before = _plain(before, _IMAGE_TYPE, "before")
@@ -79,7 +79,7 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after) -> ArrowRows:
     if codes.null_count:
         unknown = sorted(set(ops.filter(pc.is_null(codes)).to_pylist()), key=str)
         raise ValueError(f"encode_arrow: unknown ops {unknown}; use insert, update or delete")
-    for name, image in (("before", before), ("after", after)):
+    for name, image in (("before", before), ("after", after)) if check_widths else ():
         lengths = pc.min_max(pc.list_value_length(image))
         for length in (lengths["min"].as_py(), lengths["max"].as_py()):
             if length is not None and length != len(table.columns):

@@ -249,11 +249,11 @@ class CanalJSONEncoder:
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow); `ts` is read from the clock once per call."""
-        rows = arrow_rows(table, commit_ts, ops, before, after)
+        native = self._native_layout(table)
+        rows = arrow_rows(table, commit_ts, ops, before, after, check_widths=native is None)
         now_ms = self._now_ms()
         if not len(rows):
             return []
-        native = self._native_layout(table)
         if native is None:
             return [(ts, self._encode_rows(table, changes, now_ms)) for ts, changes in arrow_transactions(table, rows)]
         return native.encode(len(rows), now_ms, *arrow_buffers(rows))

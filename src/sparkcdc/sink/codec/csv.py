@@ -153,10 +153,10 @@ class CSVEncoder:
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow)."""
-        rows = arrow_rows(table, commit_ts, ops, before, after)
+        native = self._native_layout(table)
+        rows = arrow_rows(table, commit_ts, ops, before, after, check_widths=native is None)
         if not len(rows):
             return []
-        native = self._native_layout(table)
         if native is None:
             return [(ts, self.encode_rows(table, changes)) for ts, changes in arrow_transactions(table, rows)]
         return native.encode(len(rows), *arrow_buffers(rows))
