@@ -181,6 +181,14 @@ def test_native_encoder_reads_chunked_arrays_and_null_free_buffers():
     assert native.encode_arrow(table, *chunked) == expected
     assert [ts for ts, _ in expected] == [5 << 18, 9 << 18]
     assert native.encode_arrow(table, *(c.slice(0, 0) for c in columns)) == []
+    # list values that are themselves a slice (the child array has an offset of its own)
+    values = pa.array(["junk", "1", "a<b", "1", None])[1:]
+    after = pa.ListArray.from_arrays(pa.array([0, 2, 4], pa.int32()), values)
+    assert after.values.offset == 1
+    inserts = [RowChange(5 << 18, "db", "t", "insert", None, ("1", "a<b")),
+               RowChange(5 << 18, "db", "t", "insert", None, ("1", None))]
+    assert native.encode_arrow(table, columns[0][:2], pa.array(["insert"] * 2), pa.nulls(2, IMAGE), after) == (
+        _expected(python, table, inserts))
 
 
 def test_clock_is_read_once_per_call():
