@@ -226,7 +226,7 @@ def test_an_older_native_build_without_the_encoder_falls_back(monkeypatch):
     monkeypatch.delenv(native_decode.FORCE_PURE_ENV, raising=False)
     monkeypatch.setattr(native_decode, "_built_module", lambda: OlderBuild)
     assert native_decode.native_encoder_module() is None
-    assert "canal-json encoder: pure Python (sparkcdc_native is older than native/" in native_decode.decoder_description()
+    assert "canal-json/CSV encoders: pure Python (sparkcdc_native is older than native/" in native_decode.decoder_description()
     encoder = CanalJSONEncoder(SinkConfig(), clock=CLOCK)
     assert not encoder.is_native
     table = TableInfo("db", "t", 1, (ColumnInfo("id", "int"),), 1)

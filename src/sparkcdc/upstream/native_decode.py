@@ -40,8 +40,9 @@ def native_module() -> Optional[Any]:
 
 
 def native_encoder_module() -> Optional[Any]:
-    """The native extension when it has the canal-json encoder (`CanalJsonLayout`), or None when
-    it is not built, is an older build, or SPARKCDC_PURE_PYTHON_ENCODER=1 forces the Python encoder."""
+    """The native extension when it has the encoders (`CanalJsonLayout`; `CsvLayout` came with
+    it), or None when it is not built, is an older build, or SPARKCDC_PURE_PYTHON_ENCODER=1
+    forces the Python encoders."""
     if _forced(FORCE_PURE_ENCODER_ENV):
         return None
     module = _built_module()
@@ -66,7 +67,7 @@ def _is_current(module: Any) -> bool:
 
 
 def decoder_description() -> str:
-    """One line for `--version` and the server log: which row decoder and canal-json encoder
+    """One line for `--version` and the server log: which row decoder and canal-json/CSV encoders
     this process uses."""
     return _row_decoder() + "; " + _canal_json_encoder()
 
@@ -84,12 +85,12 @@ def _row_decoder() -> str:
 
 def _canal_json_encoder() -> str:
     if native_encoder_module() is not None:
-        return "canal-json encoder: native"
+        return "canal-json/CSV encoders: native"
     if _forced(FORCE_PURE_ENCODER_ENV):
-        return f"canal-json encoder: pure Python (forced by {FORCE_PURE_ENCODER_ENV})"
+        return f"canal-json/CSV encoders: pure Python (forced by {FORCE_PURE_ENCODER_ENV})"
     if _built_module() is not None:
-        return "canal-json encoder: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh)"
-    return "canal-json encoder: pure Python (sparkcdc_native not built)"
+        return "canal-json/CSV encoders: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh)"
+    return "canal-json/CSV encoders: pure Python (sparkcdc_native not built)"
 
 
 def compile_layout(module: Any, info: TableInfo, binlog_columns: list) -> Optional[Any]:
