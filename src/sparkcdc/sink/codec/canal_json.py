@@ -9,14 +9,12 @@ bytes as ISO-8859-1 text, which the canonical value form already is.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, Sequence
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
-from sparkcdc.sink.codec import arrow_buffers, arrow_rows, arrow_transactions, gojson
+from sparkcdc.sink.codec import gojson
 from sparkcdc.sink.kafka.large_message import HANDLE_KEY_ONLY
 from sparkcdc.sink.codec.mysqltypes import (
     display_length,
@@ -25,6 +23,9 @@ from sparkcdc.sink.codec.mysqltypes import (
     set_mask,
     type_name,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 WATERMARK_TYPE = "TIDB_WATERMARK"
 
@@ -249,6 +250,8 @@ class CanalJSONEncoder:
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow); `ts` is read from the clock once per call."""
+        from sparkcdc.sink.codec.arrow_input import arrow_buffers, arrow_rows, arrow_transactions
+
         native = self._native_layout(table)
         rows = arrow_rows(table, commit_ts, ops, before, after, check_widths=native is None)
         now_ms = self._now_ms()

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import base64
 from decimal import Decimal
-from typing import Any, Optional, Sequence
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
-from sparkcdc.sink.codec import arrow_buffers, arrow_rows, arrow_transactions
 from sparkcdc.sink.codec.mysqltypes import is_binary, type_name
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HEADER_META = ("ticdc-meta$operation", "ticdc-meta$table", "ticdc-meta$schema")
 _BARE_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint", "bit", "year"})
@@ -153,6 +153,8 @@ class CSVEncoder:
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
         codec.Encoder.encode_arrow)."""
+        from sparkcdc.sink.codec.arrow_input import arrow_buffers, arrow_rows, arrow_transactions
+
         native = self._native_layout(table)
         rows = arrow_rows(table, commit_ts, ops, before, after, check_widths=native is None)
         if not len(rows):
