@@ -24,3 +24,58 @@ def test_anything_else_runs_the_batch():
     assert marker_only_table(b"") is None
     assert marker_only_table(b"not a pickle") is None
     assert marker_only_table(pickle.dumps(InputPartition(0))) is None  # e.g. a binlog range
+
+
+class _Plan:
+    """Just enough of a foreachBatch DataFrame's JVM plan: one planned partition."""
+
+    def __init__(self, picked: bytes):
+        self._picked = picked
+
+    def __getattr__(self, name):  # queryExecution().logical().rdd(), inputPartition().get()
+        return lambda: self
+
+    def partitions(self):
+        return [self]
+
+    def pickedPartition(self):
+        return self._picked
+
+
+class _Batch:
+    def __init__(self, partition, jobs: list):
+        self._jdf, self._jobs, self.partition = _Plan(pickle.dumps(partition)), jobs, partition
+
+    def toArrow(self):
+        self._jobs.append(self)
+        return marker_only_table(self._jdf.pickedPartition())
+
+
+def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, monkeypatch):
+    import types
+
+    from sparkcdc.config.replica import ReplicaConfig, replica_config_to_dict
+    from sparkcdc.pipeline import runner as runner_module
+    from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
+
+    now = [0.0]
+    monkeypatch.setattr(runner_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    written = []
+    monkeypatch.setattr(runner_module, "write_batch", lambda table, *rest: written.append(table))
+    runner = runner_module.ChangefeedRunner(None, MetaStore(str(tmp_path / "meta.sqlite")), str(tmp_path / "i"),
+                                            "", str(tmp_path), "127.0.0.1:8300")
+    info = ChangefeedInfo("default", "cf", 0, f"file://{tmp_path}/out?protocol=canal-json", "t", 1, 0, "normal",
+                          None, replica_config_to_dict(ReplicaConfig()), "0.1")
+    write = runner._batch_writer(info, ReplicaConfig(), sink=None)
+    jobs: list = []
+    for batch_id, (at, partition) in enumerate([(0, _MarkerPartition(0, 1)), (1, _MarkerPartition(1, 2)),
+                                                (19, _MarkerPartition(2, 3)), (21, _MarkerPartition(3, 4)),
+                                                (22, _MarkerPartition(4, 5)), (23, InputPartition(7))]):
+        now[0] = at
+        write(_Batch(partition, jobs), batch_id)
+    # The first batch warms a Python worker, then a job at least every KEEP_PYTHON_WORKER_SECONDS (20 s);
+    # a batch with anything but the marker always runs.
+    assert runner_module.KEEP_PYTHON_WORKER_SECONDS == 20.0
+    assert [getattr(batch.partition, "end", "range") for batch in jobs] == [1, 4, "range"]
+    assert [t.column("commit_ts").to_pylist() if t is not None else None for t in written] == \
+        [[1], [2], [3], [4], [5], None]

@@ -58,6 +58,9 @@ RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
 # How long a MySQL sink retries a write in place before the failure restarts the changefeed.
 SINK_RETRY_SECONDS = 10.0
+# An idle changefeed still runs a Spark job this often, keeping a Python worker alive (Spark's
+# PythonWorkerFactory stops workers idle for a minute).
+KEEP_PYTHON_WORKER_SECONDS = 20.0
 # pyspark 4.3's name (pinned in pyproject.toml); its FileContext default costs ~3x per log write.
 _PLAIN_CHECKPOINT_FILE_MANAGER = \
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -239,13 +242,20 @@ class ChangefeedRunner:
             if target_ts and ts >= target_ts:
                 self._finish(namespace, changefeed_id)
 
+        last_job = [float("-inf")]  # when this query last ran a Spark job (monotonic)
+
         def write(df, batch_id: int) -> None:
             began = time.monotonic()
             # A batch with no transactions (an idle upstream's resolved-ts moving) is known from
-            # its plan: skip the Spark job that would only read back its range marker.
-            table = marker_only_table(sole_planned_partition(df))
+            # its plan: skip the Spark job that would only read back its range marker. But not
+            # for long: Spark stops a Python worker idle for a minute, and the next rows would
+            # wait for a cold one (seconds on a loaded machine).
+            table = None
+            if began - last_job[0] < KEEP_PYTHON_WORKER_SECONDS:
+                table = marker_only_table(sole_planned_partition(df))
             if table is None:
                 table = df.toArrow()
+                last_job[0] = began
             result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
                                  split_updates, filters, ddl_policy, redo, syncpoint)
             if result is not None and (result.rows or result.ddls):
