@@ -4,6 +4,7 @@
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 
 /// `(validity, offset, offsets, value_validity, value_offset, value_offsets, data)`: a
 /// `list<string>` array's buffers (validity may be None) and the offsets of it and its values.
@@ -133,4 +134,33 @@ pub fn i64_at(buffer: &[u8], row: usize) -> i64 {
 
 pub fn i32_at(buffer: &[u8], row: usize) -> i32 {
     i32::from_le_bytes(buffer[row * 4..row * 4 + 4].try_into().unwrap())
+}
+
+/// Encoded rows and where each transaction (a run of equal commit-ts) starts in them.
+pub struct Encoded {
+    pub out: Vec<u8>,
+    pub cuts: Vec<(i64, usize)>,
+}
+
+impl Encoded {
+    pub fn with_capacity(bytes: usize) -> Self {
+        Encoded { out: Vec::with_capacity(bytes), cuts: Vec::new() }
+    }
+
+    /// Marks the start of a row of `commit_ts`; a new commit-ts starts a transaction.
+    pub fn start_row(&mut self, commit_ts: i64) {
+        if self.cuts.last().map(|&(last, _)| last) != Some(commit_ts) {
+            self.cuts.push((commit_ts, self.out.len()));
+        }
+    }
+
+    /// One `(commit_ts, bytes)` per transaction.
+    pub fn into_python(self, py: Python<'_>) -> Vec<(i64, Bound<'_, PyBytes>)> {
+        let mut result = Vec::with_capacity(self.cuts.len());
+        for (i, &(ts, start)) in self.cuts.iter().enumerate() {
+            let end = self.cuts.get(i + 1).map_or(self.out.len(), |&(_, next)| next);
+            result.push((ts, PyBytes::new(py, &self.out[start..end])));
+        }
+        result
+    }
 }

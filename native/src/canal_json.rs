@@ -14,7 +14,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use crate::arrow_input::{bytes_of, fixed, i32_at, i64_at, Image, ImageSpec};
+use crate::arrow_input::{bytes_of, fixed, i32_at, i64_at, Encoded, Image, ImageSpec};
 
 const OP_INSERT: i32 = 0;
 const OP_UPDATE: i32 = 1;
@@ -392,35 +392,39 @@ impl CanalJsonLayout {
         let before = Image::new(&before, rows).map_err(error)?;
         let after = Image::new(&after, rows).map_err(error)?;
 
-        let mut out: Vec<u8> = Vec::with_capacity(rows * 256);
-        let mut cuts: Vec<(i64, usize)> = Vec::new();
-        let mut scratch = Scratch { before: Vec::new(), after: Vec::new(), keep: Vec::new(), old_keep: Vec::new(), number: String::new() };
-        for row in 0..rows {
-            let ts = i64_at(commit_ts, row);
-            let op = i32_at(ops, row);
-            if cuts.last().map(|&(last, _)| last) != Some(ts) {
-                cuts.push((ts, out.len()));
-            }
-            let has_before = before.values(row, &mut scratch.before).map_err(error)?;
-            let has_after = after.values(row, &mut scratch.after).map_err(error)?;
-            self.row(
-                &mut out,
-                ts,
-                op,
-                now_ms,
-                has_before.then_some(&scratch.before[..]),
-                has_after.then_some(&scratch.after[..]),
-                &mut scratch.keep,
-                &mut scratch.old_keep,
-                &mut scratch.number,
-            )
+        // The rows are encoded without the GIL (the puller and the sink's threads share this
+        // process); the buffers stay alive and unchanged while `before`/`after` hold them.
+        let encoded = py
+            .allow_threads(|| -> Result<Encoded, String> {
+                let mut encoded = Encoded::with_capacity(rows * 256);
+                let mut scratch = Scratch {
+                    before: Vec::new(),
+                    after: Vec::new(),
+                    keep: Vec::new(),
+                    old_keep: Vec::new(),
+                    number: String::new(),
+                };
+                for row in 0..rows {
+                    let ts = i64_at(commit_ts, row);
+                    let op = i32_at(ops, row);
+                    encoded.start_row(ts);
+                    let has_before = before.values(row, &mut scratch.before)?;
+                    let has_after = after.values(row, &mut scratch.after)?;
+                    self.row(
+                        &mut encoded.out,
+                        ts,
+                        op,
+                        now_ms,
+                        has_before.then_some(&scratch.before[..]),
+                        has_after.then_some(&scratch.after[..]),
+                        &mut scratch.keep,
+                        &mut scratch.old_keep,
+                        &mut scratch.number,
+                    )?;
+                }
+                Ok(encoded)
+            })
             .map_err(error)?;
-        }
-        let mut result = Vec::with_capacity(cuts.len());
-        for (i, &(ts, start)) in cuts.iter().enumerate() {
-            let end = cuts.get(i + 1).map_or(out.len(), |&(_, next)| next);
-            result.push((ts, PyBytes::new(py, &out[start..end])));
-        }
-        Ok(result)
+        Ok(encoded.into_python(py))
     }
 }

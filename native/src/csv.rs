@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyString};
 
-use crate::arrow_input::{bytes_of, fixed, i32_at, i64_at, Image, ImageSpec};
+use crate::arrow_input::{bytes_of, fixed, i32_at, i64_at, Encoded, Image, ImageSpec};
 
 const OP_INSERT: i32 = 0;
 const OP_UPDATE: i32 = 1;
@@ -139,17 +139,16 @@ fn push_go_float(out: &mut Vec<u8>, text: &[u8]) -> Result<(), String> {
 }
 
 /// Python's `str.isdigit()` of `text` after `lstrip("-")`; non-ASCII text is asked of Python.
-fn is_integer_handle(py: Python<'_>, text: &[u8]) -> bool {
+fn is_integer_handle(text: &[u8]) -> bool {
     let start = text.iter().position(|&b| b != b'-').unwrap_or(text.len());
     let stripped = &text[start..];
     if stripped.is_ascii() {
         return !stripped.is_empty() && stripped.iter().all(u8::is_ascii_digit);
     }
     let Ok(text) = std::str::from_utf8(stripped) else { return false };
-    PyString::new(py, text)
-        .call_method0("isdigit")
-        .and_then(|result| result.extract::<bool>())
-        .unwrap_or(false)
+    Python::with_gil(|py| {
+        PyString::new(py, text).call_method0("isdigit").and_then(|result| result.extract::<bool>()).unwrap_or(false)
+    })
 }
 
 impl CsvLayout {
@@ -221,7 +220,6 @@ impl CsvLayout {
     #[allow(clippy::too_many_arguments)]
     fn line(
         &self,
-        py: Python<'_>,
         out: &mut Vec<u8>,
         prefix: usize,
         commit_ts: i64,
@@ -246,7 +244,7 @@ impl CsvLayout {
             out.extend_from_slice(&self.delimiter);
             scratch.clear();
             let parts: Vec<&[u8]> = self.handle_key.iter().map(|&i| values[i].unwrap_or(b"")).collect();
-            if parts.len() == 1 && is_integer_handle(py, parts[0]) {
+            if parts.len() == 1 && is_integer_handle(parts[0]) {
                 scratch.extend_from_slice(parts[0]);
             } else {
                 scratch.push(b'{');
@@ -344,43 +342,41 @@ impl CsvLayout {
         let ops = fixed(bytes_of(&ops)?, ops_offset, rows, 4, "ops").map_err(error)?;
         let before_image = Image::new(&before, rows).map_err(error)?;
         let after_image = Image::new(&after, rows).map_err(error)?;
-        let mut out: Vec<u8> = Vec::with_capacity(rows * 128);
-        let mut cuts: Vec<(i64, usize)> = Vec::new();
-        let (mut before, mut after, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
-        for row in 0..rows {
-            let ts = i64_at(commit_ts, row);
-            let op = i32_at(ops, row);
-            if cuts.last().map(|&(last, _)| last) != Some(ts) {
-                cuts.push((ts, out.len()));
-            }
-            let has_before = before_image.values(row, &mut before).map_err(error)?;
-            let has_after = after_image.values(row, &mut after).map_err(error)?;
-            let result = match (op, has_before, has_after) {
-                (OP_INSERT, false, true) => self.line(py, &mut out, PREFIX_INSERT, ts, false, &after, &mut scratch),
-                (OP_DELETE, true, false) => self.line(py, &mut out, PREFIX_DELETE, ts, false, &before, &mut scratch),
-                (OP_UPDATE, true, true) if self.output_old_value => self
-                    .line(py, &mut out, PREFIX_DELETE, ts, true, &before, &mut scratch)
-                    .and_then(|()| self.line(py, &mut out, PREFIX_INSERT, ts, true, &after, &mut scratch)),
-                (OP_UPDATE, true, true) => {
-                    // The before image is not written, but RowChange still requires a valid one.
-                    if before.len() != self.kinds.len() {
-                        Err(format!("a row image has {} values but the table {} columns", before.len(), self.kinds.len()))
-                    } else {
-                        self.line(py, &mut out, PREFIX_UPDATE, ts, true, &after, &mut scratch)
-                    }
+        // Encoded without the GIL, like CanalJsonLayout.encode.
+        let encoded = py
+            .allow_threads(|| -> Result<Encoded, String> {
+                let mut encoded = Encoded::with_capacity(rows * 128);
+                let (mut before, mut after, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+                for row in 0..rows {
+                    let ts = i64_at(commit_ts, row);
+                    let op = i32_at(ops, row);
+                    encoded.start_row(ts);
+                    let has_before = before_image.values(row, &mut before)?;
+                    let has_after = after_image.values(row, &mut after)?;
+                    let result = match (op, has_before, has_after) {
+                        (OP_INSERT, false, true) => self.line(&mut encoded.out, PREFIX_INSERT, ts, false, &after, &mut scratch),
+                        (OP_DELETE, true, false) => self.line(&mut encoded.out, PREFIX_DELETE, ts, false, &before, &mut scratch),
+                        (OP_UPDATE, true, true) if self.output_old_value => self
+                            .line(&mut encoded.out, PREFIX_DELETE, ts, true, &before, &mut scratch)
+                            .and_then(|()| self.line(&mut encoded.out, PREFIX_INSERT, ts, true, &after, &mut scratch)),
+                        (OP_UPDATE, true, true) => {
+                            // The before image is not written, but RowChange still requires a valid one.
+                            if before.len() != self.kinds.len() {
+                                Err(format!("a row image has {} values but the table {} columns", before.len(), self.kinds.len()))
+                            } else {
+                                self.line(&mut encoded.out, PREFIX_UPDATE, ts, true, &after, &mut scratch)
+                            }
+                        }
+                        (OP_INSERT, ..) => Err("insert row needs before=False after=True".into()),
+                        (OP_UPDATE, ..) => Err("update row needs before=True after=True".into()),
+                        (OP_DELETE, ..) => Err("delete row needs before=True after=False".into()),
+                        _ => Err(format!("op code {op} is not insert/update/delete")),
+                    };
+                    result?;
                 }
-                (OP_INSERT, ..) => Err("insert row needs before=False after=True".into()),
-                (OP_UPDATE, ..) => Err("update row needs before=True after=True".into()),
-                (OP_DELETE, ..) => Err("delete row needs before=True after=False".into()),
-                _ => Err(format!("op code {op} is not insert/update/delete")),
-            };
-            result.map_err(error)?;
-        }
-        let mut result = Vec::with_capacity(cuts.len());
-        for (i, &(ts, start)) in cuts.iter().enumerate() {
-            let end = cuts.get(i + 1).map_or(out.len(), |&(_, next)| next);
-            result.push((ts, PyBytes::new(py, &out[start..end])));
-        }
-        Ok(result)
+                Ok(encoded)
+            })
+            .map_err(error)?;
+        Ok(encoded.into_python(py))
     }
 }
