@@ -85,6 +85,12 @@ def _row_changes(schema: str, table: str, rows: pa.Table) -> list[RowChange]:
             for commit_ts, seq, op, before, after in zip(*(rows[c].to_pylist() for c in _ROW_COLUMNS))]
 
 
+def _runs_of_equal(values: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal consecutive values."""
+    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
+    return list(zip(borders, borders[1:])) if len(values) else []
+
+
 def tables_of(batch: pa.Table) -> list[TableRows]:
     """The batch's row changes per table, range markers dropped, tables in the order each first
     appears in (commit_ts, seq) order."""
@@ -99,15 +105,15 @@ def tables_of(batch: pa.Table) -> list[TableRows]:
     # One stable sort and one take; each table is then a zero-copy slice (markers sort first).
     order = pc.sort_indices(keys, [("code", "ascending"), ("commit_ts", "ascending"), ("seq", "ascending")])
     rows = batch.select(_ROW_COLUMNS).take(order)
-    counts = pc.value_counts(code.take(order))
-    groups, offset = [], 0
-    for table_code, count in zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist()):
+    codes = code.take(order).to_numpy()
+    groups = []
+    for low, high in _runs_of_equal(codes):
+        table_code = int(codes[low])
         if table_code >= 0:
-            first = order[offset].as_py()  # a stable sort: ties keep batch order
+            first = order[low].as_py()  # a stable sort: ties keep batch order
             groups.append(((keys["commit_ts"][first].as_py(), keys["seq"][first].as_py(), first),
                            TableRows(schemas.dictionary[table_code // width].as_py(),
-                                     names.dictionary[table_code % width].as_py(), rows.slice(offset, count))))
-        offset += count
+                                     names.dictionary[table_code % width].as_py(), rows.slice(low, high - low))))
     return [table_rows for _, table_rows in sorted(groups, key=lambda group: group[0])]
 
 
@@ -304,11 +310,7 @@ def _image_shape(images: pa.Array, present: bool, width: int) -> pa.Array:
 def _runs(rows: pa.Table, flags: pa.Array):
     """(flag, rows) for each run of consecutive rows with the same flag."""
     values = flags.to_numpy(zero_copy_only=False)
-    if not values.any() or values.all():
-        yield bool(values[0]) if len(values) else False, rows
-        return
-    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
-    for low, high in zip(borders, borders[1:]):
+    for low, high in _runs_of_equal(values):
         yield bool(values[low]), rows.slice(low, high - low)
 
 
