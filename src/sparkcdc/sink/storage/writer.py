@@ -23,9 +23,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional, Sequence
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable, SparkCDCError
@@ -34,6 +32,9 @@ from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import make_encoder
 from sparkcdc.sink.storage.table_definition import TableDefinition
 from sparkcdc.sink.storage.uri import parse_storage_uri
+
+if TYPE_CHECKING:  # write_arrow's callers hand it Arrow arrays; importing the sink needs no pyarrow
+    import pyarrow as pa
 
 INDEX_FILE = "meta/CDC.index"
 METADATA_FILE = "metadata"
