@@ -142,3 +142,17 @@ def test_sinks_that_need_whole_transactions_do_not_get_them_split():
     config = ReplicaConfig()
     config.enable_sync_point = True
     assert not splits_large_transactions("mysql://root@127.0.0.1:3306/", config)
+
+
+def test_storage_readers_keep_a_transaction_that_goes_on_in_the_next_file_and_drop_replays():
+    from sparkcdc.consumer.storage_reader import new_rows_filter
+
+    def kept(keep, stamps):
+        return [ts for ts in stamps if keep(ts)]
+
+    # The newest transaction of the files before was 20: a file that starts with it continues it.
+    assert kept(new_rows_filter(20, 40), [20, 20, 30]) == [20, 20, 30]
+    # A replay (it starts before 20) keeps only what is new; nothing past the checkpoint.
+    assert kept(new_rows_filter(20, 40), [10, 20, 30, 50]) == [30]
+    # Rows of an earlier round are never applied again, continuation or not.
+    assert kept(new_rows_filter(20, 40, applied_before=20), [20, 30]) == [30]

@@ -39,6 +39,7 @@ from sparkcdc.consumer.storage_reader import (
     _list_dirs,
     decoder_for,
     missing_members,
+    new_rows_filter,
     open_storage,
     read_bytes,
     renamed_from,
@@ -455,10 +456,9 @@ class StorageConsumer:
             rows: list[RowChange] = []
             newest = applied
             # Rows applied already (or replays), or past the storage checkpoint, are dropped;
-            # the newest transaction of the files before goes on: a large one spans files (one
-            # per micro-batch piece). Rows a replay repeats hit duplicate keys, which the MySQL
-            # sink then writes idempotently.
-            keep = lambda ts, applied=applied: applied_before < ts <= upper and applied <= ts  # noqa: E731
+            # a file may continue the newest transaction (new_rows_filter). Rows a replay of it
+            # repeats hit duplicate keys, which the MySQL sink then writes idempotently.
+            keep = new_rows_filter(applied, upper, applied_before)
             for change in _decoded(decode(text, list(data_file.columns), self._sink, keep), data_file.path):
                 commit_ts = change.commit_ts
                 if commit_ts is None:

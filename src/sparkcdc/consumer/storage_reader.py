@@ -447,6 +447,23 @@ def table_definitions(fs, table_dir: str) -> dict[int, TableDefinition]:
     return _schema_definitions(fs, table_dir)
 
 
+def new_rows_filter(newest_applied: int, upper: int, applied_before: int = -1) -> Callable[[int], bool]:
+    """`keep(commit_ts)` for the rows of the next data file, in file order: rows up to `upper`
+    (the storage checkpoint) and after `newest_applied` (of the files before), so replays are
+    dropped; but a file that starts with that newest transaction continues it (a transaction
+    larger than a micro-batch spans files, one per piece), so its rows are kept too. Rows at or
+    below `applied_before` (an earlier round's) are dropped in any case."""
+    first: list[int] = []
+
+    def keep(ts: int) -> bool:
+        if not first:
+            first.append(ts)
+        after = newest_applied <= ts if first[0] == newest_applied else newest_applied < ts
+        return after and applied_before < ts <= upper
+
+    return keep
+
+
 def rebuild_tables(
     root: str,
     protocol: str,
@@ -483,9 +500,7 @@ def rebuild_tables(
             for data_file in table_files(fs, posixpath.join(schema_dir, table), protocol, known, members_before):
                 text = read_bytes(fs, data_file.path).decode("utf-8")
                 newest = applied_upto
-                # Rows not yet checkpointed, or replays, are dropped; the newest transaction of
-                # the files before goes on: a large one spans files (one per micro-batch piece).
-                keep = lambda ts, upto=applied_upto: upto <= ts <= checkpoint  # noqa: E731
+                keep = new_rows_filter(applied_upto, checkpoint)
                 for change in decode(text, list(data_file.columns), sink, keep):
                     ts = change.commit_ts
                     if ts is not None:
