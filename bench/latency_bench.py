@@ -58,6 +58,7 @@ class SinkWatcher(threading.Thread):
         super().__init__(name="sink-watcher", daemon=True)
         self.root, self.interval = root, interval
         self.seen: dict[int, float] = {}
+        self.malformed: list[str] = []  # rows whose id is not an integer: a sink bug
         self._files: set[str] = set()
         self._done = threading.Event()
 
@@ -79,7 +80,10 @@ class SinkWatcher(threading.Thread):
                     if message.get("type") != "INSERT":
                         continue
                     for row in message.get("data") or []:
-                        self.seen.setdefault(int(row["id"]), now)
+                        try:
+                            self.seen.setdefault(int(row["id"]), now)
+                        except (KeyError, TypeError, ValueError):  # reported, not a dead watcher
+                            self.malformed.append(f"{path}: {json.dumps(row)[:200]}")
 
     def stop(self) -> None:
         self._done.set()
@@ -190,6 +194,9 @@ def main() -> int:
         cpu_load = tree_usage(server.process.pid)[0] - cpu_before
         load_after = os.getloadavg()
         watcher.stop()
+        if watcher.malformed:
+            raise SystemExit(f"{len(watcher.malformed)} rows in the sink have no integer id, e.g. "
+                             + "; ".join(watcher.malformed[:3]))
         missing = expected - len(watcher.seen)
         if missing:
             raise SystemExit(f"{missing} of {expected} rows never appeared in {sink_dir} within 300 s")
