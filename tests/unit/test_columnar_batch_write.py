@@ -232,7 +232,12 @@ def _batches(draw):
     return [batch(0, ts(cut), early)] + ([batch(ts(cut), ts(len(txn_sizes)), late)] if late else [])
 
 
+_FILTERS = ["", '[[filter.event-filters]]\nmatcher = ["db.pk"]\nignore-insert-value-expr = "v = \'x\'"\n',
+            '[[sink.column-selectors]]\nmatcher = ["db.uk"]\ncolumns = ["a", "b"]\n']
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=_batches(), split_updates=st.booleans(), protocol=st.sampled_from(["canal-json", "csv"]))
-def test_any_batch_is_written_alike_by_both_paths(tmp_path_factory, batches, split_updates, protocol):
-    write_both(tmp_path_factory.mktemp("both"), batches, protocol, split_updates)
+@given(batches=_batches(), split_updates=st.booleans(), protocol=st.sampled_from(["canal-json", "csv"]),
+       filter_toml=st.sampled_from(_FILTERS))
+def test_any_batch_is_written_alike_by_both_paths(tmp_path_factory, batches, split_updates, protocol, filter_toml):
+    write_both(tmp_path_factory.mktemp("both"), batches, protocol, split_updates, filter_toml)
