@@ -8,8 +8,9 @@ sink can run the DDL as a barrier after the batch's rows.
 A transaction larger than max-batch-bytes is not one batch: the puller records cut points in
 it (`TxnRecord.pieces`), and an offset `{"ts": T, "piece": k}` means everything up to T - 1
 plus the first k pieces of T (`BatchOffset`). Rows of piece k have seq `k << 32 | row`, so
-(commit_ts, seq) order holds across the batches. A sink that must apply a transaction whole
-(MySQL transaction-atomicity=table, the redo log) gets it whole (`split_transactions=False`).
+(commit_ts, seq) order holds across the batches. A changefeed that must apply a transaction
+whole (MySQL transaction-atomicity=table, a redo log, syncpoints) gets it whole
+(`split_transactions=False`, set by `sink.factory.splits_large_transactions`).
 
 The driver side (initialOffset, latestOffset, partitions) only reads the transaction index
 the capture's puller persists; executors decode transaction-aligned binlog ranges in
