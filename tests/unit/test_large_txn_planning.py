@@ -156,3 +156,19 @@ def test_storage_readers_keep_a_transaction_that_goes_on_in_the_next_file_and_dr
     assert kept(new_rows_filter(20, 40), [10, 20, 30, 50]) == [30]
     # Rows of an earlier round are never applied again, continuation or not.
     assert kept(new_rows_filter(20, 40, applied_before=20), [20, 30]) == [30]
+
+
+def test_the_puller_cuts_at_rows_events_with_the_table_maps_of_their_statement():
+    from sparkcdc.upstream.puller import _OpenTxn
+
+    open_txn = _OpenTxn("0-1-1", BinlogPosition(FILE, 100))
+    at = lambda pos: BinlogPosition(FILE, pos)  # noqa: E731
+    open_txn.see_table_map(7, 150)
+    open_txn.see_table_map(8, 180)
+    open_txn.see_rows(7, 0, at(200), piece_bytes=1000)  # too early for a cut
+    open_txn.see_rows(8, 0, at(1100), piece_bytes=1000)  # 1000 bytes in: cut, both maps needed
+    open_txn.see_rows(7, 1, at(1500), piece_bytes=1000)  # statement end: its maps no longer apply
+    open_txn.see_rows(7, 0, at(2200), piece_bytes=1000)  # a ROWS event without its TABLE_MAP: no cut
+    open_txn.see_table_map(9, 2300)
+    open_txn.see_rows(9, 0, at(2400), piece_bytes=1000)
+    assert open_txn.pieces == [PieceStart(1100, (150, 180)), PieceStart(2400, (2300,))]
