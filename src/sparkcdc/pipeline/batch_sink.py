@@ -261,32 +261,33 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink | ArrowRo
     Transactions that netting, update split and the filters would pass unchanged go to an
     Arrow-accepting sink as columns, never becoming RowChanges; the rest take the RowChange path.
     """
-    rows = table_rows.rows
     if not getattr(sink, "accepts_arrow", False) or (filters is not None and filters.changes_rows_of(info)):
         planned_info, changes = _planned_rows(info, table_rows.changes(), split_updates, filters)
         sink.write_rows(planned_info, changes)
         return len(changes)
-    rewritten = _transactions_rewritten(info, rows, split_updates)
+    columns = [table_rows.rows[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")]
+    rewritten = _transactions_rewritten(info, *columns, split_updates).to_numpy(zero_copy_only=False)
     written = 0
-    for rewrite, run in _runs(rows, rewritten):
-        if rewrite:
+    for low, high in _runs_of_equal(rewritten):
+        if rewritten[low]:
+            run = table_rows.rows.slice(low, high - low)
             planned_info, changes = _planned_rows(info, _row_changes(table_rows.schema, table_rows.table, run),
                                                   split_updates, filters)
             sink.write_rows(planned_info, changes)
             written += len(changes)
         else:
-            sink.write_arrow(info, *(run[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")))
-            written += run.num_rows
+            sink.write_arrow(info, *(column.slice(low, high - low) for column in columns))
+            written += high - low
     return written
 
 
 _OP_IMAGES = {"insert": (False, True), "update": (True, True), "delete": (True, False)}
 
 
-def _transactions_rewritten(info: TableInfo, rows: pa.Table, split_updates: bool) -> pa.Array:
+def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array, before: pa.Array,
+                            after: pa.Array, split_updates: bool) -> pa.Array:
     """Per row, whether its transaction must take the RowChange path: netting or update split
     would change it, or a row is malformed (the RowChange path reports that)."""
-    commit_ts, ops, before, after = (rows[c].combine_chunks() for c in ("commit_ts", "op", "before", "after"))
     width = len(info.columns)
     well_formed = pa.array(np.zeros(len(ops), dtype=bool))
     for op, (has_before, has_after) in _OP_IMAGES.items():
@@ -305,13 +306,6 @@ def _image_shape(images: pa.Array, present: bool, width: int) -> pa.Array:
     if not present:
         return pc.is_null(images)
     return pc.fill_null(pc.equal(pc.list_value_length(images), width), False)
-
-
-def _runs(rows: pa.Table, flags: pa.Array):
-    """(flag, rows) for each run of consecutive rows with the same flag."""
-    values = flags.to_numpy(zero_copy_only=False)
-    for low, high in _runs_of_equal(values):
-        yield bool(values[low]), rows.slice(low, high - low)
 
 
 def write_batch(
