@@ -103,9 +103,8 @@ class Capture:
         else:
             self._spark = make_spark_session(self.options.spark_master)
         log.info("puller ready in %.1fs, Spark session in %.1fs", puller_ready - began, time.monotonic() - puller_ready)
-        warm_up = None
         if self.cluster is not None and not self.options.spark_remote:
-            warm_up = self._warm_up_spark()
+            self._warm_up_spark()  # runs to the end: a capture may take over at any time
         self._runner = ChangefeedRunner(
             self._spark,
             self.store,
@@ -116,8 +115,6 @@ class Capture:
             self.options.trigger_interval,
             cluster_id=self.options.cluster_id,
         )
-        if warm_up is not None:
-            self._runner.before_start = warm_up.cancel
         threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
         if self.cluster is not None:
             # The runner's writes carry this capture's fence; its reads map checkpoints into our index.
