@@ -35,9 +35,10 @@ def register(subparsers) -> None:
                              "this process plans the batches and writes the sinks (sparkcdc must be installed "
                              "for the server's Python workers); not with --spark-master")
     parser.add_argument("--trigger-interval", default="1s", type=trigger_interval, metavar="DURATION",
-                        help="how often each changefeed plans its next micro-batch when it is not busy, a Go "
-                             "duration from 100ms to 1m (default 1s); a shorter one lowers the latency of a "
-                             "lightly loaded changefeed and costs an empty batch per interval when idle")
+                        help="the least time between two micro-batches of a changefeed that has caught up, a "
+                             "Go duration from 100ms to 1m (default 1s); a shorter one lowers the latency of a "
+                             "lightly loaded changefeed. A backlog runs batch after batch whatever this is, and "
+                             "an idle changefeed moves its checkpoint once a second at most")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
     parser.add_argument("--log-file", default=None, help="log to this file instead of stderr")
     parser.add_argument("--config", default=None, metavar="TOML",
@@ -52,7 +53,7 @@ def register(subparsers) -> None:
 
 
 def trigger_interval(text: str) -> str:
-    """--trigger-interval: a Go duration, as the interval of Spark's processingTime trigger."""
+    """--trigger-interval: a Go duration, the source's batch interval (source.BatchPacer)."""
     from sparkcdc.config.replica import parse_go_duration
 
     try:

@@ -2,8 +2,8 @@
 
 Over Spark Connect a `foreachBatch` function runs in a Python process on the Connect server,
 where the changefeed's sink, metadata store and transaction index are not. So the capture plays
-the streaming engine's part: every trigger interval it plans the next batch from the transaction
-index with the stream reader's own functions (`plan_next_offset`, `plan_partitions`), and the
+the streaming engine's part: it plans each batch from the transaction index with the stream
+reader's own functions (`plan_next_batch`, `plan_partitions`), paced like it (`BatchPacer`), and the
 Connect server's executors decode the batch's binlog ranges in a batch read of a Python data
 source whose option carries that plan. The read's DataFrame goes to the very batch writer
 `foreachBatch` calls (its `toArrow()` runs the read and brings the rows back to the capture), so
@@ -30,10 +30,11 @@ from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, Er
 from sparkcdc.pipeline.source import (
     ROW_SCHEMA,
     BatchOffset,
+    BatchPacer,
     BinlogStreamReader,
     SourceOptions,
     _MarkerPartition,
-    plan_next_offset,
+    plan_next_batch,
     plan_partitions,
 )
 
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 BATCH_SOURCE_NAME = "sparkcdc_binlog_batch"
 PLAN_OPTION = "plan"
 DEFAULT_CONNECT_PORT = 15002  # Spark Connect's, for an sc:// URL without one
+POLL_SECONDS = 0.1  # how often the loop asks BatchPacer whether the next batch may run
 CONNECT_RETRIES = 5  # gRPC retries of one call (backoff 50 ms x4 each time, at most 10 s)
 # How long stop() waits for the batch in flight (Spark's spark.sql.streaming.stopTimeout here too).
 STOP_TIMEOUT_SECONDS = 30.0
@@ -296,16 +298,19 @@ class ConnectBatchLoop:
         session.addTag(self._tag)
         try:
             start, batch_id, warned = BatchOffset(self._options.start_ts), 0, set()
+            pacer = BatchPacer(self._interval)
             while not self._stopping.is_set():
-                began = time.monotonic()
-                end = plan_next_offset(self._index, start, self._options.target_ts, self._options.max_batch_bytes,
-                                       self._options.split_transactions)
-                if end.key() > start.key():
+                end, backlog = plan_next_batch(self._index, start, self._options.target_ts,
+                                               self._options.max_batch_bytes, self._options.split_transactions)
+                if pacer.ready(self._index, start, end, backlog, self._options.target_ts):
+                    pacer.ran()
                     partitions = plan_partitions(self._index, self._options, start, end, warned)
                     self._write(self._batch_frame(BatchPlan(self._options, tuple(partitions))), batch_id)
                     batch_id += 1
                     start = end
-                self._stopping.wait(max(0.0, self._interval - (time.monotonic() - began)))
+                    if backlog:
+                        continue
+                self._stopping.wait(POLL_SECONDS)
         except BaseException as exc:  # the runner's watcher reads it from awaitTermination()
             if not self._stopping.is_set():
                 lost = is_session_lost(exc, session)

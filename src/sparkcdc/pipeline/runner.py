@@ -58,6 +58,8 @@ RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
 # How long a MySQL sink retries a write in place before the failure restarts the changefeed.
 SINK_RETRY_SECONDS = 10.0
+# How often a query asks its source whether the next batch may run (source.BatchPacer).
+POLLING_DELAY = "100ms"
 # An idle changefeed still runs a Spark job this often, keeping a Python worker alive (Spark's
 # PythonWorkerFactory stops workers idle for a minute).
 KEEP_PYTHON_WORKER_SECONDS = 20.0
@@ -85,6 +87,8 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
         # checkpoint is where a changefeed resumes), yet written twice per micro-batch: keep few
         # and write them with the plain FileSystem API, 60 -> 20 ms each (docs/benchmarks.md).
         .config("spark.sql.streaming.minBatchesToRetain", "2")
+        # With the source pacing batches (a 0 s trigger), how often an idle query asks it again.
+        .config("spark.sql.streaming.pollingDelay", POLLING_DELAY)
         .config("spark.sql.streaming.checkpointFileManagerClass", _PLAIN_CHECKPOINT_FILE_MANAGER)
         .getOrCreate()
     )
@@ -170,6 +174,7 @@ class ChangefeedRunner:
                 case_sensitive=config.case_sensitive,
                 force_replicate=config.force_replicate,
                 split_transactions=splits_large_transactions(info.sink_uri, config),
+                batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
@@ -194,7 +199,8 @@ class ChangefeedRunner:
                     .writeStream.queryName(name)
                     .foreachBatch(self._batch_writer(info, config, sink, *extras))
                     .option("checkpointLocation", checkpoint_dir)
-                    .trigger(processingTime=self._trigger)
+                    # The source paces batches itself (BatchPacer): a backlog runs back to back.
+                    .trigger(processingTime="0 seconds")
                     .start()
                 )
             self._running[key] = _Running(query, sink, stopping, extras)

@@ -31,6 +31,7 @@ passes on as they are; tuples would go through PySpark's per-value Python conver
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
@@ -51,6 +52,10 @@ SOURCE_NAME = "sparkcdc_binlog"
 # backlog; one 64 MB batch took minutes on a loaded 2-core machine (and was lost whole when that
 # capture died too), while 8 MB batches move the checkpoint every few seconds at ~1 s overhead each.
 DEFAULT_MAX_BATCH_BYTES = 8 << 20
+# An idle changefeed's checkpoint-only batches run at most this often (BatchPacer), whatever the
+# trigger interval: the idle checkpoint lag stays within about this plus one batch.
+IDLE_BATCH_SECONDS = 1.0
+DEFAULT_BATCH_INTERVAL_MS = 1000
 ROW_SCHEMA = (
     "commit_ts long, seq long, schema_name string, table_name string, op string, "
     "before array<string>, after array<string>"
@@ -86,6 +91,7 @@ class SourceOptions:
     case_sensitive: bool = False
     force_replicate: bool = False  # also decode tables without a valid index
     split_transactions: bool = True  # a large transaction may span batches (see the module docstring)
+    batch_interval_ms: int = DEFAULT_BATCH_INTERVAL_MS  # the trigger interval, kept by BatchPacer
 
     def to_options(self) -> dict[str, str]:
         return {
@@ -100,6 +106,7 @@ class SourceOptions:
             "case_sensitive": "true" if self.case_sensitive else "false",
             "force_replicate": "true" if self.force_replicate else "false",
             "split_transactions": "true" if self.split_transactions else "false",
+            "batch_interval_ms": str(self.batch_interval_ms),
         }
 
     @classmethod
@@ -116,6 +123,7 @@ class SourceOptions:
             case_sensitive=options.get("case_sensitive", "false") == "true",
             force_replicate=options.get("force_replicate", "false") == "true",
             split_transactions=options.get("split_transactions", "true") == "true",
+            batch_interval_ms=int(options.get("batch_interval_ms", str(DEFAULT_BATCH_INTERVAL_MS))),
         )
 
 
@@ -149,35 +157,78 @@ class BatchOffset:
         return cls(int(value))
 
 
-def plan_next_offset(
+def plan_next_batch(
     index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True
-) -> BatchOffset:
+) -> tuple[BatchOffset, bool]:
     """The end of the next micro-batch starting after `start` (== start when nothing is new).
 
     A batch takes transactions until it holds more than `max_batch_bytes` of binlog (at least
     one); with `split_transactions`, the pieces of a split transaction while they fit (at least
-    one), so a batch of pieces stays within max_batch_bytes plus one piece."""
-    end = index.resolved_ts()
+    one), so a batch of pieces stays within max_batch_bytes plus one piece.
+
+    Also says whether more is ready beyond the end (a size cut, or a DDL with transactions
+    resolved after it): then the next batch should run at once (BatchPacer)."""
+    limit = index.resolved_ts()
     if target_ts:
-        end = min(end, target_ts)
+        limit = min(limit, target_ts)
+    end = limit
     next_ddl = index.next_ddl_after(start.checkpoint_ts)
     if next_ddl is not None:
         end = min(end, next_ddl)
     if end <= start.checkpoint_ts:
-        return start
+        return start, False
     size = 0
     for txn in index.txns_between(start.checkpoint_ts, end):
         first = start.piece if txn.commit_ts == start.ts else 0
         if txn.piece_count > 1 and (split_transactions or first):  # a batch never re-reads pieces it had
             for piece in range(first, txn.piece_count):
                 if size and size + txn.piece_size(piece) > max_batch_bytes:  # the piece starts the next batch
-                    return BatchOffset(txn.commit_ts, piece) if piece else BatchOffset(txn.commit_ts - 1)
+                    return (BatchOffset(txn.commit_ts, piece) if piece else BatchOffset(txn.commit_ts - 1)), True
                 size += txn.piece_size(piece)
             continue
         size += txn.size
         if size > max_batch_bytes:
-            return BatchOffset(txn.commit_ts)
-    return BatchOffset(end)
+            return BatchOffset(txn.commit_ts), txn.commit_ts < limit
+    return BatchOffset(end), end < limit
+
+
+def plan_next_offset(
+    index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True
+) -> BatchOffset:
+    """The end of the next micro-batch starting after `start` (plan_next_batch without its backlog flag)."""
+    return plan_next_batch(index, start, target_ts, max_batch_bytes, split_transactions)[0]
+
+
+class BatchPacer:
+    """When the next micro-batch may run; shared by the stream reader and the Spark Connect loop.
+
+    Spark's trigger fires continuously (a `0 seconds` processingTime trigger, polling every
+    `spark.sql.streaming.pollingDelay` while there is nothing to run), and the source decides:
+    - a backlog (the planned batch was cut by max-batch-bytes, or stops at a DDL with more
+      resolved after it) runs at once, so catch-up is not held to one batch per trigger interval;
+    - a batch with transactions runs `interval` seconds after the previous batch started;
+    - a batch that only moves an idle upstream's resolved-ts runs at most once per
+      max(interval, IDLE_BATCH_SECONDS), so a short trigger interval costs no more when idle;
+    - a batch reaching the changefeed's target-ts runs at once."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic):
+        self.interval = interval
+        self._clock = clock
+        self._last = float("-inf")
+
+    def ready(self, index: "TxnIndex", start: BatchOffset, end: BatchOffset, backlog: bool, target_ts: int = 0) -> bool:
+        if end.key() <= start.key():
+            return False
+        if backlog or start.piece or end.piece or (target_ts and end.ts >= target_ts):
+            return True
+        elapsed = self._clock() - self._last
+        if elapsed >= max(self.interval, IDLE_BATCH_SECONDS):
+            return True
+        return elapsed >= self.interval and bool(index.txns_between(start.checkpoint_ts, end.ts))
+
+    def ran(self) -> None:
+        """A batch was just planned: the intervals count from now."""
+        self._last = self._clock()
 
 
 def plan_batch_end(index: "TxnIndex", start: int, target_ts: int, max_batch_bytes: int) -> int:
@@ -326,19 +377,29 @@ class BinlogStreamReader(DataSourceStreamReader):
     def __init__(self, options: SourceOptions):
         self.options = options
         self._warned: set[tuple[str, str, int]] = set()
+        self._pacer = BatchPacer(options.batch_interval_ms / 1000)
+        self._txn_index: "TxnIndex | None" = None
 
     def _index(self) -> "TxnIndex":
-        from sparkcdc.upstream.txn_index import TxnIndex
+        if self._txn_index is None:  # latestOffset runs every pollingDelay: open the index once
+            from sparkcdc.upstream.txn_index import TxnIndex
 
-        return TxnIndex(self.options.index_path)
+            self._txn_index = TxnIndex(self.options.index_path)
+        return self._txn_index
 
     def initialOffset(self) -> dict:
         return BatchOffset(self.options.start_ts).to_json()
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
+        """The next batch's end when BatchPacer lets it run now, else `start` (Spark then runs no
+        batch and asks again after spark.sql.streaming.pollingDelay)."""
         begin = BatchOffset.of(start) if start else BatchOffset(self.options.start_ts)
-        end = plan_next_offset(self._index(), begin, self.options.target_ts, self.options.max_batch_bytes,
-                               self.options.split_transactions)
+        index = self._index()
+        end, backlog = plan_next_batch(index, begin, self.options.target_ts, self.options.max_batch_bytes,
+                                       self.options.split_transactions)
+        if not self._pacer.ready(index, begin, end, backlog, self.options.target_ts):
+            return begin.to_json()
+        self._pacer.ran()
         return end.to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
