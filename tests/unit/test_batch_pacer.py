@@ -4,6 +4,7 @@ changefeed runs one batch per trigger interval, an idle one moves its checkpoint
 from __future__ import annotations
 
 from sparkcdc.model.position import BinlogPosition
+from sparkcdc.pipeline import source
 from sparkcdc.pipeline.source import IDLE_BATCH_SECONDS, BatchOffset, BatchPacer, plan_next_batch
 from sparkcdc.upstream.txn_index import TxnRecord
 
@@ -21,8 +22,8 @@ class FakeIndex:
     def resolved_ts(self):
         return self.resolved
 
-    def txns_between(self, lo, hi):
-        return [t for t in self.txns if lo < t.commit_ts <= hi]
+    def txns_between(self, lo, hi, limit=None):
+        return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
@@ -95,3 +96,23 @@ def test_pieces_the_target_and_nothing_new():
     assert not pacer.ready(index, BatchOffset(10), BatchOffset(30), backlog=False, target_ts=40)
     clock.now += 60
     assert not pacer.ready(index, BatchOffset(30), BatchOffset(30), backlog=True)
+
+
+def test_planning_reads_the_index_a_page_at_a_time(monkeypatch):
+    """A backlog of many transactions is read page by page, only as far as the batch goes."""
+    txns = [txn(ts, 100) for ts in range(1, 101)]
+
+    class CountingIndex(FakeIndex):
+        read = 0
+
+        def txns_between(self, lo, hi, limit=None):
+            page = super().txns_between(lo, hi, limit)
+            self.read += len(page)
+            return page
+
+    whole = plan_next_batch(FakeIndex(txns, resolved=100), BatchOffset(0), 0, 1050)
+    monkeypatch.setattr(source, "_PLAN_PAGE", 4)
+    index = CountingIndex(txns, resolved=100)
+    assert plan_next_batch(index, BatchOffset(0), 0, 1050) == whole == (BatchOffset(11), True)
+    assert index.read == 12  # three pages of 4, not all 100 transactions
+    assert plan_next_batch(index, BatchOffset(0), 0, 100_000) == (BatchOffset(100), False)

@@ -25,8 +25,8 @@ class FakeIndex:
     def resolved_ts(self):
         return self.resolved
 
-    def txns_between(self, lo, hi):
-        return [t for t in self.txns if lo < t.commit_ts <= hi]
+    def txns_between(self, lo, hi, limit=None):
+        return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)

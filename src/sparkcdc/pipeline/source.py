@@ -178,7 +178,7 @@ def plan_next_batch(
     if end <= start.checkpoint_ts:
         return start, False
     size = 0
-    for txn in index.txns_between(start.checkpoint_ts, end):
+    for txn in _paged_txns(index, start.checkpoint_ts, end):
         first = start.piece if txn.commit_ts == start.ts else 0
         if txn.piece_count > 1 and (split_transactions or first):  # a batch never re-reads pieces it had
             for piece in range(first, txn.piece_count):
@@ -190,6 +190,21 @@ def plan_next_batch(
         if size > max_batch_bytes:
             return BatchOffset(txn.commit_ts), txn.commit_ts < limit
     return BatchOffset(end), end < limit
+
+
+# Transactions read from the index per query while planning: a backlog of a million
+# transactions must not be read whole for every 8 MB batch.
+_PLAN_PAGE = 1024
+
+
+def _paged_txns(index: "TxnIndex", lo_exclusive: int, hi_inclusive: int) -> Iterator["TxnRecord"]:
+    """index.txns_between(lo_exclusive, hi_inclusive), read a page at a time as the caller goes."""
+    while True:
+        page = index.txns_between(lo_exclusive, hi_inclusive, limit=_PLAN_PAGE)
+        yield from page
+        if len(page) < _PLAN_PAGE:
+            return
+        lo_exclusive = page[-1].commit_ts
 
 
 def plan_next_offset(
@@ -224,7 +239,7 @@ class BatchPacer:
         elapsed = self._clock() - self._last
         if elapsed >= max(self.interval, IDLE_BATCH_SECONDS):
             return True
-        return elapsed >= self.interval and bool(index.txns_between(start.checkpoint_ts, end.ts))
+        return elapsed >= self.interval and bool(index.txns_between(start.checkpoint_ts, end.ts, limit=1))
 
     def ran(self) -> None:
         """A batch was just planned: the intervals count from now."""

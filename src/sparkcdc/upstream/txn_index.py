@@ -166,11 +166,13 @@ class TxnIndex:
 
     _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces"
 
-    def txns_between(self, lo_exclusive: int, hi_inclusive: int) -> list[TxnRecord]:
+    def txns_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnRecord]:
+        """The transactions with commit-ts in (lo_exclusive, hi_inclusive], the first `limit` of them."""
         with self._connect() as conn:
             rows = conn.execute(
-                f"SELECT {self._TXN_COLUMNS} FROM txns WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts",
-                (lo_exclusive, hi_inclusive),
+                f"SELECT {self._TXN_COLUMNS} FROM txns WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts"
+                " LIMIT ?",
+                (lo_exclusive, hi_inclusive, -1 if limit is None else limit),
             ).fetchall()
         return [self._record(r) for r in rows]
 
