@@ -82,6 +82,7 @@ class Capture:
         self._puller_lock = threading.Lock()
         self._runner = None
         self._spark = None
+        self._warm_up: Optional[WarmUp] = None  # a single node's delayed warm-up, cancelled by close()
         self._closed = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -135,7 +136,8 @@ class Capture:
             # The next `changefeed create` would start Spark's first streaming query cold; a
             # resumed changefeed warms it by itself. A create right after start (scripts, tests)
             # goes first: a warm-up beside it would slow it down (docs/benchmarks.md).
-            self._runner.before_start = self._warm_up_spark(delay=LOCAL_WARM_UP_DELAY).cancel
+            self._warm_up = self._warm_up_spark(delay=LOCAL_WARM_UP_DELAY)
+            self._runner.before_start = self._warm_up.cancel
 
     def _warm_up_spark(self, delay: float = 0.0) -> WarmUp:
         """Warm Spark now, in the background, so that the first changefeed here (a takeover in a
@@ -148,6 +150,8 @@ class Capture:
         self._closed.set()
         if self.cluster is not None:
             self.cluster.close()
+        if self._warm_up is not None:
+            self._warm_up.cancel()  # a server stopped within the delay never starts it
         if self._runner is not None:
             self._runner.stop_all()
         if self._puller is not None:
