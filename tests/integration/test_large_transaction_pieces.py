@@ -21,7 +21,7 @@ from sparkcdc.pipeline.source import (
     BinlogStreamReader,
     SourceOptions,
     _RangePartition,
-    plan_next_offset,
+    plan_next_batch,
     plan_partitions,
 )
 from sparkcdc.sink.mysql.sink import MySQLSink
@@ -113,7 +113,7 @@ def test_pieces_are_planned_decoded_and_ordered_like_the_whole_transaction(maria
     assert all(len(p.table_maps) == 2 for p in multi_table.pieces)  # t and u, both read before the piece
 
     start, batches = BatchOffset(index.first_ts()), []
-    while (end := plan_next_offset(index, start, 0, PIECE_BYTES)).key() > start.key():
+    while (end := plan_next_batch(index, start, 0, PIECE_BYTES)[0]).key() > start.key():
         batches.append((start, end, read_batch(index, options, start, end)))
         start = end
     assert start == BatchOffset(index.resolved_ts())
@@ -163,7 +163,7 @@ def test_split_transactions_reach_mysql_and_storage_with_a_restart_mid_transacti
         return mysql, StorageSink(storage_uri, SinkConfig(protocol="canal-json", enable_tidb_extension=True))
 
     def run_batches(start: BatchOffset, sinks, stop_inside: int | None = None) -> BatchOffset:
-        while (end := plan_next_offset(index, start, 0, PIECE_BYTES)).key() > start.key():
+        while (end := plan_next_batch(index, start, 0, PIECE_BYTES)[0]).key() > start.key():
             table = read_batch(index, options, start, end)
             for sink in sinks:
                 write_batch(table, index, sink, lambda schema, name: True, checkpoints.append)
@@ -186,7 +186,7 @@ def test_split_transactions_reach_mysql_and_storage_with_a_restart_mid_transacti
 
     # The restart begins at the checkpoint: the transaction again from its first piece.
     restart = BatchOffset(checkpoints[-1])
-    first = plan_partitions(index, options, restart, plan_next_offset(index, restart, 0, PIECE_BYTES), set())
+    first = plan_partitions(index, options, restart, plan_next_batch(index, restart, 0, PIECE_BYTES)[0], set())
     assert [p.binlog_range.piece for p in first if isinstance(p, _RangePartition)] == [0]
     sinks = open_sinks()
     assert run_batches(restart, sinks) == BatchOffset(index.resolved_ts())

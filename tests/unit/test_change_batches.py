@@ -47,8 +47,11 @@ def test_python_builder_keeps_order_images_and_nulls():
         (9, 0, "t", "delete", ["1", ""], None)]
 
 
-def test_rows_by_table_orders_groups_and_drops_the_marker():
-    from sparkcdc.pipeline.batch_sink import rows_by_table
+def test_tables_of_orders_groups_and_drops_the_marker():
+    from sparkcdc.pipeline.batch_sink import tables_of
+
+    def rows_by_table(batch: pa.Table) -> dict:
+        return {(rows.schema, rows.table): rows.changes() for rows in tables_of(batch)}
 
     builder = PythonBatchBuilder()
     builder.add_changes([

@@ -12,7 +12,7 @@ from sparkcdc.pipeline.source import (
     SourceOptions,
     _MarkerPartition,
     _RangePartition,
-    plan_next_offset,
+    plan_next_batch,
     plan_partitions,
 )
 from sparkcdc.sink.factory import splits_large_transactions
@@ -63,7 +63,7 @@ def test_offsets_order_pieces_between_the_transactions_and_old_checkpoints_parse
 def test_a_large_transaction_is_planned_piece_by_piece_with_checkpoint_bounds_below_it():
     index = FakeIndex([txn(10, 1000, 50), txn(20, 2000, 400, cuts=(100, 200, 300)), txn(30, 3000, 50)], resolved=40)
     ends, start = [], BatchOffset(5)
-    while (end := plan_next_offset(index, start, 0, 120)).key() > start.key():
+    while (end := plan_next_batch(index, start, 0, 120)[0]).key() > start.key():
         ends.append(end)
         start = end
     # Pieces of 20 that do not fit go to the next batch; 30 rides with the last piece.
@@ -86,10 +86,10 @@ def test_a_large_transaction_is_planned_piece_by_piece_with_checkpoint_bounds_be
 
 def test_without_splitting_a_large_transaction_is_one_batch():
     index = FakeIndex([txn(10, 1000, 50), txn(20, 2000, 400, cuts=(100, 200, 300))], resolved=40)
-    assert plan_next_offset(index, BatchOffset(5), 0, 120, split_transactions=False) == BatchOffset(20)
-    assert plan_next_offset(index, BatchOffset(10), 0, 120, split_transactions=False) == BatchOffset(20)
+    assert plan_next_batch(index, BatchOffset(5), 0, 120, split_transactions=False)[0] == BatchOffset(20)
+    assert plan_next_batch(index, BatchOffset(10), 0, 120, split_transactions=False)[0] == BatchOffset(20)
     # A start inside a transaction (planned before splitting was turned off) never re-reads its pieces.
-    assert plan_next_offset(index, BatchOffset(20, 2), 0, 120, split_transactions=False) == BatchOffset(20, 3)
+    assert plan_next_batch(index, BatchOffset(20, 2), 0, 120, split_transactions=False)[0] == BatchOffset(20, 3)
 
 
 @st.composite
@@ -109,7 +109,7 @@ def test_batches_cover_every_piece_once_in_order_and_checkpoints_never_pass_an_u
         txns, cap, split):
     index = FakeIndex(txns, resolved=txns[-1].commit_ts + 5)
     start, covered, checkpoints = BatchOffset(0), [], []
-    while (end := plan_next_offset(index, start, 0, cap, split)).key() > start.key():
+    while (end := plan_next_batch(index, start, 0, cap, split)[0]).key() > start.key():
         partitions = plan_partitions(index, options(max_batch_bytes=cap), start, end, set())
         marker = partitions[0]
         assert (marker.start, marker.end) == (start.checkpoint_ts, end.checkpoint_ts)

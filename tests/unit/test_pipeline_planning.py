@@ -10,7 +10,7 @@ from sparkcdc.model.position import BinlogPosition
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline import source
 from sparkcdc.pipeline.source import (
-    IDLE_BATCH_SECONDS, RANGE_MARKER, BatchOffset, BatchPacer, SourceOptions, plan_batch_end, plan_next_batch, split_ranges,
+    IDLE_BATCH_SECONDS, RANGE_MARKER, BatchOffset, BatchPacer, SourceOptions, plan_next_batch, split_ranges,
 )
 from sparkcdc.upstream.txn_index import TxnRecord
 
@@ -39,6 +39,11 @@ class FakeIndex:
 
     def table_info_at(self, schema, table, ts):
         return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
+
+
+def plan_batch_end(index, start: int, target_ts: int, max_batch_bytes: int) -> int:
+    """The next batch's end as a commit-ts, whole transactions only."""
+    return plan_next_batch(index, BatchOffset(start), target_ts, max_batch_bytes, split_transactions=False)[0].ts
 
 
 def test_batch_ends_at_resolved_ts_when_no_ddl():

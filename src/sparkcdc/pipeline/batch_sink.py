@@ -117,12 +117,6 @@ def tables_of(batch: pa.Table) -> list[TableRows]:
     return [table_rows for _, table_rows in sorted(groups, key=lambda group: group[0])]
 
 
-def rows_by_table(table: pa.Table) -> dict[tuple[str, str], list[RowChange]]:
-    """Row changes grouped by table (in the order each table first appears), each list in
-    (commit_ts, seq) order."""
-    return {(rows.schema, rows.table): rows.changes() for rows in tables_of(table)}
-
-
 class BatchRedo(Protocol):
     """The redo log as the batch writer sees it (sparkcdc.redo.writer.RedoWriter)."""
 

@@ -207,13 +207,6 @@ def _paged_txns(index: "TxnIndex", lo_exclusive: int, hi_inclusive: int) -> Iter
         lo_exclusive = page[-1].commit_ts
 
 
-def plan_next_offset(
-    index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True
-) -> BatchOffset:
-    """The end of the next micro-batch starting after `start` (plan_next_batch without its backlog flag)."""
-    return plan_next_batch(index, start, target_ts, max_batch_bytes, split_transactions)[0]
-
-
 class BatchPacer:
     """When the next micro-batch may run; shared by the stream reader and the Spark Connect loop.
 
@@ -244,11 +237,6 @@ class BatchPacer:
     def ran(self) -> None:
         """A batch was just planned: the intervals count from now."""
         self._last = self._clock()
-
-
-def plan_batch_end(index: "TxnIndex", start: int, target_ts: int, max_batch_bytes: int) -> int:
-    """The end of the next micro-batch of whole transactions starting after commit-ts `start`."""
-    return plan_next_offset(index, BatchOffset(start), target_ts, max_batch_bytes, split_transactions=False).ts
 
 
 def replicated_tables(
