@@ -12,7 +12,8 @@ from typing import Iterator, Sequence
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparkcdc.pipeline.runner import make_spark_session, marker_only_table, sole_planned_partition
+from sparkcdc.pipeline.runner import marker_only_table, sole_planned_partition
+from sparkcdc.pipeline.spark_session import make_spark_session
 from sparkcdc.pipeline.source import ROW_SCHEMA, _MarkerPartition, marker_batch
 
 # Spark's Python processes unpickle the test source by value: this module is not importable there.

@@ -24,7 +24,6 @@ import logging
 import os
 import pickle
 import shutil
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
-from sparkcdc.pipeline.source import SOURCE_NAME, BinlogDataSource, SourceOptions, _MarkerPartition, marker_batch
+from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
@@ -58,43 +57,9 @@ RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
 # How long a MySQL sink retries a write in place before the failure restarts the changefeed.
 SINK_RETRY_SECONDS = 10.0
-# How often a query asks its source whether the next batch may run (source.BatchPacer).
-POLLING_DELAY = "100ms"
 # An idle changefeed still runs a Spark job this often, keeping a Python worker alive (Spark's
 # PythonWorkerFactory stops workers idle for a minute).
 KEEP_PYTHON_WORKER_SECONDS = 20.0
-# pyspark 4.3's name (pinned in pyproject.toml); its FileContext default costs ~3x per log write.
-_PLAIN_CHECKPOINT_FILE_MANAGER = \
-    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
-
-
-def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
-    """A SparkSession whose Python workers run this interpreter (see components.md)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", "1g")
-        .config("spark.sql.streaming.stopTimeout", "30s")
-        # Spark's own offset and commit logs are thrown away at every (re)start (the metastore
-        # checkpoint is where a changefeed resumes), yet written twice per micro-batch: keep few
-        # and write them with the plain FileSystem API, 60 -> 20 ms each (docs/benchmarks.md).
-        .config("spark.sql.streaming.minBatchesToRetain", "2")
-        # With the source pacing batches (a 0 s trigger), how often an idle query asks it again.
-        .config("spark.sql.streaming.pollingDelay", POLLING_DELAY)
-        .config("spark.sql.streaming.checkpointFileManagerClass", _PLAIN_CHECKPOINT_FILE_MANAGER)
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("WARN")
-    spark.dataSource.register(BinlogDataSource)
-    return spark
 
 
 @dataclass

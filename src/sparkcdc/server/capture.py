@@ -95,7 +95,8 @@ class Capture:
             # The server still serves its API (and its data); creating a changefeed retries.
             log.error("upstream not ready: %s", exc)
         puller_ready = time.monotonic()
-        from sparkcdc.pipeline.runner import ChangefeedRunner, make_spark_session
+        from sparkcdc.pipeline.runner import ChangefeedRunner
+        from sparkcdc.pipeline.spark_session import make_spark_session
 
         if self.options.spark_remote:
             from sparkcdc.pipeline.connect_loop import make_connect_session
