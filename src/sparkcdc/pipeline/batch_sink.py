@@ -10,7 +10,7 @@ metadata store. A crash anywhere before that replays the batch from the previous
 duplicates, never gaps.
 
 Rows are grouped with Arrow compute (`tables_of`). A sink that takes Arrow columns (the storage
-sink: `accepts_arrow`, `write_arrow`) gets every transaction that netting, update split and the
+sink, and the Kafka sink with canal-json: `accepts_arrow`, `write_arrow`) gets every transaction that netting, update split and the
 filters would pass unchanged as columns, encoded without a Python object per row; only the other
 transactions (a key touched twice, a key-moving or no-op update, a filtered or projected table),
 and every row for other sinks or with a redo log, become RowChanges.
@@ -240,7 +240,7 @@ def _planned_rows(info: TableInfo, rows: list[RowChange], split_updates: bool,
 
 
 class ArrowRowSink(RowSink, Protocol):
-    """A sink that also takes rows as Arrow columns (StorageSink.write_arrow)."""
+    """A sink that also takes rows as Arrow columns (StorageSink.write_arrow, KafkaSink.write_arrow)."""
 
     accepts_arrow: bool
 

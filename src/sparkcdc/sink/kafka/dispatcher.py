@@ -98,6 +98,15 @@ class PartitionDispatcher:
                 hasher.write(name.encode(), column_value_string(table.columns[i], image[i]).encode())
         return hasher.value % partitions
 
+    def transaction_partition(self, table: TableInfo, commit_ts: int, partitions: int) -> Optional[int]:
+        """The partition of every row of a transaction when `partition` does not read row values
+        (table, ts), so rows given as columns need no RowChange; None for index-value and columns."""
+        if self.kind in ("index-value", "columns"):
+            return None
+        if self.kind == "ts":
+            return commit_ts % partitions
+        return _table_hash(table).value % partitions
+
     def _index_positions(self, table: TableInfo) -> list[tuple[int, ColumnInfo]]:
         if self.index and self.index.upper() != "PRIMARY":
             # TableInfo keeps the handle key, not every index by name.

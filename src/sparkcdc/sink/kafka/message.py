@@ -7,13 +7,16 @@ TiCDC does per partition. Each protocol's wire format lives in `sparkcdc.sink.co
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable, Optional, Protocol, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
-from sparkcdc.sink.kafka.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, RECORD_OVERHEAD, LargeMessageHandle
+from sparkcdc.sink.kafka.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, NONE, RECORD_OVERHEAD, LargeMessageHandle
+
+if TYPE_CHECKING:  # pyarrow loads with the first encode_arrow
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,8 @@ class MessageEncoder(Protocol):
     # Whether DDLs go to every partition (open, simple, ...) or only to partition 0 (canal-json).
     # An encoder may also have `bootstrap(table, topic) -> Optional[Message]`, a message the sink
     # sends to every partition before the rows (Simple's table schema).
+    # An encoder may also have `encode_arrow(table, commit_ts, ops, before, after)`: the values
+    # encode_rows would give (keys are None), per transaction of rows given as Arrow columns.
     ddl_broadcast: bool
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]: ...
@@ -46,10 +51,36 @@ class CanalJSONMessageEncoder:
         from sparkcdc.sink.codec.canal_json import CanalJSONEncoder
 
         self._encoder = CanalJSONEncoder(sink, clock=clock) if clock else CanalJSONEncoder(sink)
+        # encode_arrow's rows one per line: JSON escapes every newline inside a value.
+        lines = replace(sink, terminator="\n")
+        self._line_encoder = CanalJSONEncoder(lines, clock=clock) if clock else CanalJSONEncoder(lines)
         self._large = large or LargeMessageHandle(protocol="canal-json")
 
     def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]:
         return [Message(None, self._encode_row(table, row)) for row in rows]
+
+    def encode_arrow(self, table: TableInfo, commit_ts: "pa.Int64Array", ops: "pa.StringArray",
+                     before: "pa.ListArray", after: "pa.ListArray") -> list[tuple[int, list[bytes]]]:
+        """The values `encode_rows` gives, per transaction (commit_ts, values in row order) of one
+        table's rows as columns (codec.Encoder.encode_arrow). A transaction with a value over
+        max-message-bytes is encoded the RowChange way, which applies large-message-handle."""
+        large = self._large
+        transactions = []
+        first = 0
+        for ts, text in self._line_encoder.encode_arrow(table, commit_ts, ops, before, after):
+            values = text.split(b"\n")
+            values.pop()  # what follows the last row's terminator
+            if large.compression != NONE:
+                values = [large.compress(value) for value in values]
+            if values and large.too_large(max(map(len, values)) + RECORD_OVERHEAD):
+                values = [self._encode_row(table, row) for row in _transaction_rows(
+                    table, (commit_ts, ops, before, after), first, len(values))]
+            transactions.append((ts, values))
+            first += len(values)
+        if first != len(commit_ts):
+            raise AssertionError(f"canal-json encode_arrow gave {first} messages for {len(commit_ts)} rows "
+                                 f"of {table.schema}.{table.table}")
+        return transactions
 
     def _encode_row(self, table: TableInfo, row: RowChange) -> bytes:
         large = self._large
@@ -77,6 +108,14 @@ class CanalJSONMessageEncoder:
     def encode_checkpoint(self, ts: int) -> Optional[Message]:
         value = self._encoder.encode_watermark(ts)
         return Message(None, self._large.compress(value)) if value is not None else None
+
+
+def _transaction_rows(table: TableInfo, columns: tuple, first: int, count: int) -> list[RowChange]:
+    """Rows first .. first + count of encode_arrow's columns (one transaction) as RowChanges."""
+    from sparkcdc.sink.codec.arrow_input import arrow_rows, arrow_transactions
+
+    rows = arrow_rows(table, *(column.slice(first, count) for column in columns))
+    return [row for _, changes in arrow_transactions(table, rows) for row in changes]
 
 
 def _canal_json(sink: SinkConfig, clock, registry, large) -> MessageEncoder:

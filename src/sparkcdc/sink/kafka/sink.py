@@ -3,6 +3,8 @@
 - `write_rows`: rows of one table (whole transactions, commit order) are routed to a topic and
   partitions by the dispatcher rules; each partition's rows keep their order and are encoded
   (batched for the open protocol) and produced.
+- `write_arrow` (canal-json): the same messages from rows given as Arrow columns, encoded
+  natively without a Python object per row (pipeline.batch_sink's columnar path).
 - `write_ddl`: after the data before it is delivered; canal-json sends DDL to partition 0,
   other protocols to every partition of the table's topic, then waits for delivery.
 - `flush`: waits until every message is acknowledged (acks per required-acks, idempotent
@@ -19,7 +21,7 @@ import logging
 import re
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
@@ -27,6 +29,9 @@ from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic, ErrMessageTooLar
 from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
 from sparkcdc.sink.kafka.dispatcher import EventRouter, is_changefeed_topic, topic_pattern
 from sparkcdc.sink.kafka.message import Message, make_message_encoder
+
+if TYPE_CHECKING:  # pyarrow loads with the first write_arrow
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -133,20 +138,27 @@ class KafkaSink:
                 self._errors.append(f"{message.topic()}[{message.partition()}]: {error}")
 
     def _produce(self, topic: str, partition: int, message: Message) -> None:
-        size = len(message.value or b"") + len(message.key or b"")
+        self._send(topic, partition, message.key, message.value)
+
+    def _send(self, topic: str, partition: int, key: Optional[bytes], value: Optional[bytes]) -> None:
+        size = len(value or b"") + len(key or b"")
         if size > self.config.max_message_bytes:
             raise ErrMessageTooLarge(
                 f"a {size}-byte message for {topic} exceeds max-message-bytes={self.config.max_message_bytes}; "
                 "raise max-message-bytes (and the topic's max.message.bytes)")
-        stalled = _Stall(len(self._producer), self.config.write_timeout)
-        while True:
-            try:
-                self._producer.produce(topic, value=message.value, key=message.key, partition=partition,
-                                       on_delivery=self._on_delivery)
-                break
-            except BufferError:  # the local queue is full: let deliveries drain
+        try:
+            self._producer.produce(topic, value=value, key=key, partition=partition, on_delivery=self._on_delivery)
+        except BufferError:  # the local queue is full: let deliveries drain
+            stalled = _Stall(len(self._producer), self.config.write_timeout)
+            while True:
                 self._producer.poll(0.1)
                 self._raise_if_stalled(stalled, len(self._producer))
+                try:
+                    self._producer.produce(topic, value=value, key=key, partition=partition,
+                                           on_delivery=self._on_delivery)
+                    break
+                except BufferError:
+                    pass
         self._producer.poll(0)
         self.sent_messages += 1
         self.sent_bytes += size
@@ -167,6 +179,34 @@ class KafkaSink:
         for partition, group in groups.items():
             for message in self._encoder.encode_rows(table, group, topic):
                 self._produce(topic, partition, message)
+
+    @property
+    def accepts_arrow(self) -> bool:
+        """Whether write_arrow can take rows: the protocol's encoder encodes Arrow columns (canal-json)."""
+        return hasattr(self._encoder, "encode_arrow")
+
+    def write_arrow(self, table: TableInfo, commit_ts: "pa.Int64Array", ops: "pa.StringArray",
+                    before: "pa.ListArray", after: "pa.ListArray") -> None:
+        """write_rows for rows as Arrow columns (one table version's whole transactions in
+        (commit_ts, seq) order, already netted and split): the same messages to the same
+        partitions, in the same order within each partition. Dispatch by row values (index-value, columns) takes write_rows."""
+        if not len(commit_ts):
+            return
+        topic = self._router.topic(table.schema, table.table)
+        partitions = self._partition_count(topic)
+        dispatcher = self._router.dispatcher_for(table.schema, table.table)
+        if dispatcher.transaction_partition(table, 0, partitions) is None:
+            from sparkcdc.sink.codec.arrow_input import arrow_rows, arrow_transactions
+
+            rows = arrow_rows(table, commit_ts, ops, before, after)
+            self.write_rows(table, [row for _, changes in arrow_transactions(table, rows) for row in changes])
+            return
+        groups: dict[int, list[bytes]] = {}
+        for ts, values in self._encoder.encode_arrow(table, commit_ts, ops, before, after):
+            groups.setdefault(dispatcher.transaction_partition(table, ts, partitions), []).extend(values)
+        for partition, values in groups.items():
+            for value in values:
+                self._send(topic, partition, None, value)
 
     def write_ddl(self, ddl: DDLEvent) -> None:
         message = self._encoder.encode_ddl(ddl)
