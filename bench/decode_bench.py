@@ -1,15 +1,20 @@
 """Decode benchmark: rows/s per CPU core for decoding binlog row images, one process.
 
-    .venv/bin/python bench/decode_bench.py [--changes 200000] [--rounds 3] [--table sysbench|wide]
+    .venv/bin/python bench/decode_bench.py [--changes 200000] [--rounds 3] [--table sysbench|wide|single-row]
 
 A private MariaDB gets a workload (sysbench rows `id, k, c CHAR(120), pad CHAR(60)`: 60% inserts
-in 100-row transactions, 30% updates, 10% deletes; or `wide`: the 36 mixed-type columns of
-sparkcdc.testing.alltypes). Then, interleaved for --rounds rounds, each over the same binlog:
+in 100-row transactions, 30% updates, 10% deletes; `wide`: the 36 mixed-type columns of
+sparkcdc.testing.alltypes; `single-row`: sysbench rows, one autocommit INSERT or UPDATE per
+transaction). Then, interleaved for --rounds rounds, each over the same binlog:
   framing            mysql-replication reads the events, rows not decoded (the shared floor)
   mysql-replication  the same plus `event.rows` (its own decoding, Python objects per value)
   sparkcdc pure      the same plus sparkcdc's canonical values (the reference path)
   sparkcdc native    framing plus the native decoder (sparkcdc_native) to RowChange
   native in memory   the native decoder alone over the captured event bodies, no connection
+  range: mysql-replication framing   read_range_batches' reference path: the whole workload as one
+                     indexed range, mysql-replication frames, native decoder, Arrow batches
+  range: native framer               the same range through sparkcdc_native's BinlogRangeReader
+                     (what executors run): packets, events and rows all in Rust
 Rows/s are per CPU second of this process (the server's CPU is not counted). "decode only"
 subtracts the framing CPU, so the ratio compares the decoders and not the shared event reader.
 """
@@ -34,9 +39,15 @@ from sparkcdc.testing.alltypes import COLUMN_NAMES, ROWS, create_alltypes  # noq
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.upstream import decoder_fixes  # noqa: E402,F401
 from sparkcdc.upstream.native_decode import native_module  # noqa: E402
+from sparkcdc.model.position import BinlogPosition  # noqa: E402
+from sparkcdc.upstream.connection import UpstreamConfig  # noqa: E402
 from sparkcdc.upstream.range_reader import (  # noqa: E402
     DEFAULT_BATCH_ROWS,
+    BinlogRange,
     NativeBatchBuilder,
+    framed_range_batches,
+    has_native_framer,
+    replication_range_batches,
     TableLayout,
     native_row_changes,
     pure_row_changes,
@@ -65,6 +76,55 @@ def wide_workload(conn, changes: int) -> int:
             cur.execute("COMMIT")
             rows += 100
     return rows
+
+
+def single_row_workload(conn, changes: int, seed: int = 1) -> int:
+    """Sysbench rows, one autocommit statement (one row) per transaction: 70% inserts, 30% updates."""
+    import random
+
+    rng = random.Random(seed)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE IF NOT EXISTS sbtest.sbtest1 (id INT PRIMARY KEY, k INT NOT NULL, "
+                    "c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, KEY k_1 (k))")
+        next_id = 1
+        for _ in range(changes):
+            if rng.random() < 0.7 or next_id < 100:
+                cur.execute("INSERT INTO sbtest.sbtest1 VALUES (%s,%s,%s,%s)",
+                            (next_id, rng.randint(1, 10**6), "c" * 120, "p" * 60))
+                next_id += 1
+            else:
+                cur.execute("UPDATE sbtest.sbtest1 SET k = k + 1 WHERE id = %s", (rng.randint(1, next_id - 1),))
+    return changes
+
+
+def transactions_between(mariadb: MariaDBServer, start, end) -> int:
+    """GTID events in [start, end): the transactions an index would list for the range."""
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
+
+    reader = BinLogStreamReader(
+        connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": "root", "passwd": ""},
+        server_id=990099, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
+        only_events=[MariadbGtidEvent, GtidEvent], enable_logging=False)
+    count = 0
+    for _ in reader:
+        if (reader.log_file, reader.log_pos) >= end:
+            break
+        count += 1
+    reader.close()
+    return count
+
+
+def range_pass(rng: BinlogRange, framer: str) -> tuple[int, float]:
+    """(rows, CPU seconds) of read_range_batches' path with `framer` over the whole range."""
+    read = framed_range_batches if framer == "native" else replication_range_batches
+    cpu0, began = time.process_time(), time.monotonic()
+    rows = sum(batch.num_rows for batch in read(rng, native_module()))
+    cpu = time.process_time() - cpu0
+    RANGE_WALL_SECONDS.setdefault(framer, []).append(time.monotonic() - began)
+    return rows, cpu
+
+
+RANGE_WALL_SECONDS: dict[str, list[float]] = {}
 
 
 def stream(mariadb: MariaDBServer, start, server_id: int) -> BinLogStreamReader:
@@ -174,7 +234,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--table", choices=["sysbench", "wide"], default="sysbench")
+    parser.add_argument("--table", choices=["sysbench", "wide", "single-row"], default="sysbench")
     args = parser.parse_args()
     if native_module() is None:
         print("sparkcdc_native is not built (run scripts/setup.sh with cargo installed)", file=sys.stderr)
@@ -189,16 +249,22 @@ def main() -> int:
             cur.execute("SHOW MASTER STATUS")
             start = tuple(cur.fetchone()[:2])
         t0 = time.monotonic()
-        table = "sbtest1" if args.table == "sysbench" else "wide"
-        changes = run_workload(conn, args.changes) if args.table == "sysbench" else wide_workload(conn, args.changes)
+        table = "wide" if args.table == "wide" else "sbtest1"
+        workload = {"sysbench": run_workload, "wide": wide_workload, "single-row": single_row_workload}[args.table]
+        changes = workload(conn, args.changes)
         with conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
             end = tuple(cur.fetchone()[:2])
         print(f"workload: {changes} row changes ({args.table}) in {time.monotonic() - t0:.1f}s")
         info = read_table_info(conn, "sbtest", table, 1, 0)
+        transactions = transactions_between(mariadb, start, end)
+        whole = BinlogRange(UpstreamConfig.from_uri(mariadb.uri), 990200, BinlogPosition(*start), BinlogPosition(*end),
+                            tuple(range(1, transactions + 1)), {f"sbtest.{table}": info.to_json()})
+        range_modes = ["range: mysql-replication framing"] + (
+            ["range: native framer"] if has_native_framer(native_module()) else [])
         print(f"load average before: {os.getloadavg()}")
         modes = ["framing", "mysql-replication", "pure", "native", "native arrow", "native tuples"]
-        cpu: dict[str, list[float]] = {m: [] for m in modes + ["in-memory", "arrow in memory"]}
+        cpu: dict[str, list[float]] = {m: [] for m in modes + ["in-memory", "arrow in memory"] + range_modes}
         counted: dict[str, int] = {}
         for round_number in range(args.rounds):
             captured: list = []
@@ -210,11 +276,15 @@ def main() -> int:
                 rows, seconds = run(captured)
                 counted[name] = rows
                 cpu[name].append(seconds)
+            for mode in range_modes:
+                counted[mode], seconds = range_pass(whole, "native" if "native" in mode else "mysql-replication")
+                cpu[mode].append(seconds)
             print(f"round {round_number + 1}: " + ", ".join(f"{m} {cpu[m][-1]:.2f}s" for m in cpu))
         print(f"load average after: {os.getloadavg()}")
         rows = counted["mysql-replication"]
         assert counted["pure"] == counted["native"] == counted["native arrow"] == counted["in-memory"] == rows, counted
         assert counted["arrow in memory"] == counted["native tuples"] == rows, counted
+        assert all(counted[mode] == rows for mode in range_modes), counted
         framing = statistics.median(cpu["framing"])
         print(f"\n{rows} rows, {counted['framing']} ROWS events; median CPU seconds of {args.rounds} rounds")
         print(f"{'path':<22}{'CPU s':>8}{'rows/s/core':>14}{'decode only':>14}")
@@ -225,6 +295,15 @@ def main() -> int:
             rates[mode] = (rows / seconds, rows / decode_only)
             print(f"{mode:<22}{seconds:>8.2f}{rows / seconds:>14,.0f}{rows / decode_only:>14,.0f}")
         print(f"{'framing (floor)':<22}{framing:>8.2f}{rows / framing:>14,.0f}")
+        print(f"\nthe workload as one indexed range of {transactions} transactions (read_range_batches):")
+        print(f"{'path':<36}{'CPU s':>8}{'rows/s/core':>14}{'us/transaction':>16}{'wall s':>8}")
+        for mode in range_modes:
+            seconds = statistics.median(cpu[mode])
+            wall = statistics.median(RANGE_WALL_SECONDS["native" if "native" in mode else "mysql-replication"])
+            print(f"{mode:<36}{seconds:>8.2f}{rows / seconds:>14,.0f}{seconds / transactions * 1e6:>16.1f}{wall:>8.2f}")
+        if len(range_modes) == 2:
+            framed, replicated = (statistics.median(cpu[m]) for m in reversed(range_modes))
+            print(f"native framer / mysql-replication framing: {replicated / framed:.1f}x")
         base_rate = rates["mysql-replication"]
         print(f"\nnative / mysql-replication: {rates['native'][0] / base_rate[0]:.1f}x with framing, "
               f"{rates['native'][1] / base_rate[1]:.1f}x decode only, "

@@ -12,11 +12,16 @@
 //! and a table code per row) without creating a Python object per value, and hands the buffers
 //! to Python, which wraps them as a `pyarrow.RecordBatch` (`sparkcdc.upstream.range_reader`).
 //!
+//! `binlog::BinlogRangeReader` frames the replication stream itself (packets, event headers,
+//! checksums, TABLE_MAP/ROTATE/GTID bookkeeping) and feeds ROWS events to a `ChangeBatchBuilder`
+//! without going through mysql-replication.
+//!
 //! `canal_json::CanalJsonLayout` goes the other way on the driver: it encodes such columns as
 //! canal-json bytes (`sparkcdc.sink.codec.canal_json`), and `csv::CsvLayout` as CSV lines
 //! (`sparkcdc.sink.codec.csv`).
 
 mod arrow_input;
+mod binlog;
 mod canal_json;
 mod csv;
 
@@ -761,6 +766,10 @@ struct ChangeBatchBuilder {
 }
 
 impl ChangeBatchBuilder {
+    fn len(&self) -> usize {
+        self.commit_ts.len()
+    }
+
     fn check(&self) -> PyResult<()> {
         if self.broken {
             return Err(PyValueError::new_err("this ChangeBatchBuilder failed earlier and holds partial rows"));
@@ -1014,6 +1023,7 @@ fn sparkcdc_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ChangeBatchBuilder>()?;
     m.add_class::<canal_json::CanalJsonLayout>()?;
     m.add_class::<csv::CsvLayout>()?;
+    binlog::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

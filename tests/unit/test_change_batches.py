@@ -66,3 +66,28 @@ def test_tables_of_orders_groups_and_drops_the_marker():
                                     RowChange(9, "db", "u", "insert", None, ("3",), 0)]
     assert grouped[("db", "t")] == [RowChange(7, "db", "t", "update", ("1",), ("2",), 1)]
     assert rows_by_table(pa.Table.from_batches([marker_batch(5, 9)])) == {}
+
+
+def test_change_batch_from_native_buffers_equals_the_reference_builder():
+    # The native framer hands its buffers and table names to change_batch; so does NativeBatchBuilder.
+    import pytest
+
+    from sparkcdc.upstream.native_decode import native_module
+    from sparkcdc.upstream.range_reader import change_batch
+
+    native = native_module()
+    if native is None:
+        pytest.skip("sparkcdc_native not built")
+    changes = [
+        RowChange(7, "db", "t", "insert", None, ("1", None), 0),
+        RowChange(7, "db", "u", "update", ("1", "a"), ("1", "b"), 1),
+        RowChange(9, "other", "t", "delete", ("1", ""), None, 0),
+    ]
+    names = [("db", "u"), ("db", "t"), ("other", "t")]
+    builder = native.ChangeBatchBuilder()
+    for change in changes:
+        builder.add_row(change.commit_ts, change.seq, names.index((change.schema, change.table)),
+                        {"insert": 0, "update": 1, "delete": 2}[change.op], change.before, change.after)
+    reference = PythonBatchBuilder()
+    reference.add_changes(changes)
+    assert change_batch(builder.finish(), names).equals(reference.finish())

@@ -7,6 +7,10 @@ Python path (mysql-replication + `values.converter`) produces, which stays the r
 anything else (MySQL binary JSON, pre-5.6 temporal types, metadata that disagrees with the
 schema store), so that table falls back to the pure path.
 
+The same extension frames the replication stream of a range (`BinlogRangeReader`, used by
+`range_reader.read_range_batches`) when it has it; without the extension mysql-replication frames
+the events.
+
 Selection is automatic: native when the extension imports, pure otherwise. Setting
 SPARKCDC_PURE_PYTHON_DECODER=1 forces the pure path (for tests and comparisons). The same
 extension carries the canal-json encoder (`native_encoder_module`, used by
@@ -75,12 +79,15 @@ def decoder_description() -> str:
 def _row_decoder() -> str:
     module = native_module()
     if module is not None:
-        return f"row decoder: native (sparkcdc_native {module.__version__})"
+        framer = "native" if hasattr(module, "BinlogRangeReader") else "mysql-replication (sparkcdc_native predates the native framer)"
+        return f"row decoder: native (sparkcdc_native {module.__version__}), binlog framer: {framer}"
     if os.environ.get(FORCE_PURE_ENV):
-        return f"row decoder: pure Python (forced by {FORCE_PURE_ENV})"
+        return f"row decoder: pure Python (forced by {FORCE_PURE_ENV}), binlog framer: mysql-replication"
     if _built_module() is not None:
-        return "row decoder: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh)"
-    return "row decoder: pure Python (sparkcdc_native not built; run scripts/setup.sh with cargo installed)"
+        return ("row decoder: pure Python (sparkcdc_native is older than native/; rerun scripts/setup.sh), "
+                "binlog framer: mysql-replication")
+    return ("row decoder: pure Python (sparkcdc_native not built; run scripts/setup.sh with cargo installed), "
+            "binlog framer: mysql-replication")
 
 
 def _canal_json_encoder() -> str:

@@ -2,8 +2,12 @@
 
 A `BinlogRange` is plain picklable data and opens no connection until it is read.
 Each range uses its own replication connection (its own `server_id`), so ranges decode in parallel.
-mysql-replication frames the events; row images are decoded by the native decoder when it is
-built (`native_decode`), else by mysql-replication and `values.converter` (the reference).
+With the native module built (`native_decode`), `read_range_batches` hands the connection's
+socket to its binlog framer (`BinlogRangeReader`, native/src/binlog.rs) after the dump command:
+packets, events, TABLE_MAPs and row images are handled in Rust, and Python is called only for a
+table's first TABLE_MAP, a table on the pure path, and each full batch. Otherwise, and for
+`read_range`, mysql-replication frames the events; its row images are decoded natively when the
+module is built, else by mysql-replication and `values.converter` (the reference).
 
 Two shapes of output: `read_range_batches` (what the Spark source yields) cuts the range into
 `pyarrow.RecordBatch`es of CHANGE_SCHEMA; with the native decoder their value columns are filled
@@ -17,12 +21,16 @@ from __future__ import annotations
 
 import array
 import itertools
+import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
 import pyarrow as pa
+import pymysql
+from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
+    FormatDescriptionEvent,
     GtidEvent,
     MariadbGtidEvent,
     NotImplementedEvent,
@@ -31,6 +39,7 @@ from pymysqlreplication.event import (
     XAPrepareEvent,
     XidEvent,
 )
+from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
@@ -158,6 +167,14 @@ def read_range_batches(r: BinlogRange, batch_rows: int = DEFAULT_BATCH_ROWS) -> 
     """The range's row changes as record batches of CHANGE_SCHEMA, about `batch_rows` rows each
     (cut between events), in binlog order; the same rows as `read_range`."""
     native = native_module()
+    if has_native_framer(native):
+        return framed_range_batches(r, native, batch_rows)
+    return replication_range_batches(r, native, batch_rows)
+
+
+def replication_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """`read_range_batches` with mysql-replication framing the events (the reference, and the
+    path without the native module); `native` decodes the row images when given."""
     builder: NativeBatchBuilder | PythonBatchBuilder = (
         PythonBatchBuilder() if native is None else NativeBatchBuilder(native))
     txn, seq = -1, 0
@@ -271,6 +288,172 @@ def _read_table_maps(r: BinlogRange) -> dict:
         stream.close()
 
 
+# --- The native framer -------------------------------------------------------------------------
+
+# How long a native range read waits for the upstream to send anything. The range is already in
+# the binlog, so a silent upstream is dead or stuck; the task fails and Spark retries it, where
+# mysql-replication's reader waited forever.
+READ_TIMEOUT_SECONDS = 300.0
+_COM_BINLOG_DUMP = 0x12
+# The server answers a dump that reaches the binlog's end with EOF instead of waiting for more:
+# a range is planned from transactions already read, so its end is never past the binlog's.
+_BINLOG_DUMP_NON_BLOCK = 0x01
+
+
+def has_native_framer(native) -> bool:
+    """Whether `native` (from `native_module`) carries the binlog framer."""
+    return native is not None and hasattr(native, "BinlogRangeReader")
+
+
+class _ControlConnection:
+    """What mysql-replication's event parsers ask of its control connection when we parse a
+    TABLE_MAP or pure-path ROWS packet ourselves: the charset and the server flavor. (They query
+    it only for column names missing from TABLE_MAP, with use_column_name_cache, which is off.)"""
+
+    charset = "utf8mb4"
+
+    def __init__(self, dbms: str):
+        self._dbms = dbms
+
+    def _get_dbms(self) -> str:
+        return self._dbms
+
+
+class _ReplicationDump:
+    """A replication connection whose COM_BINLOG_DUMP is sent, set up as mysql-replication's
+    BinLogStreamReader does (checksum negotiation, MariaDB slave capability 4), and the
+    mysql-replication parse of the few packets Python handles."""
+
+    def __init__(self, r: BinlogRange):
+        self.connection = pymysql.connect(**r.upstream.connection_settings())
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_checksum', 'binlog_row_metadata')")
+                variables = {str(name).lower(): str(value).upper() for name, value in cursor.fetchall()}
+                self.checksum = variables.get("binlog_checksum", "NONE") != "NONE"
+                self.full_row_metadata = variables.get("binlog_row_metadata") == "FULL"
+                cursor.execute("SET @mariadb_slave_capability=4"
+                               + (", @master_binlog_checksum=@@global.binlog_checksum" if self.checksum else ""))
+            self.control = _ControlConnection("mariadb" if "MariaDB" in self.connection.get_server_info() else "mysql")
+            sock = self.connection._sock
+            # The framer reads the socket itself: pymysql's buffered reader must hold nothing. The
+            # server sends nothing unasked, so a non-blocking peek finds nothing (and takes nothing).
+            sock.settimeout(0)
+            try:
+                leftover = self.connection._rfile.peek(1)
+            except (BlockingIOError, OSError):
+                leftover = b""
+            sock.settimeout(None)
+            if leftover:
+                raise ErrBinlogUnsupportedEvent("the replication connection holds unread bytes before the dump")
+            file = r.start.file.encode()
+            self.connection._write_bytes(
+                struct.pack("<i", len(file) + 11) + bytes([_COM_BINLOG_DUMP])
+                + struct.pack("<IHI", r.start.pos, _BINLOG_DUMP_NON_BLOCK, r.server_id) + file)
+            self.fd = sock.fileno()
+        except BaseException:
+            self.close()
+            raise
+        self._format: tuple[bytes, tuple, object] | None = None
+
+    def close(self) -> None:
+        try:
+            self.connection.close()
+        except Exception:  # already closed, or the server went away: nothing to release
+            self.connection._force_close()
+
+    def event(self, packet: bytes, format_description: Optional[bytes], table_map: dict, event_class):
+        """mysql-replication's event of class `event_class` parsed from `packet`, or None when
+        mysql-replication would skip it."""
+        mysql_version, post_header_lengths = self._format_of(format_description)
+        wrapper = BinLogPacketWrapper(
+            MysqlPacket(packet, "utf8"), table_map, self.control, mysql_version, self.checksum, {event_class},
+            None, None, None, None, False, False, False, self.full_row_metadata, False, False, post_header_lengths)
+        return wrapper.event
+
+    def _format_of(self, format_description: Optional[bytes]) -> tuple[tuple, object]:
+        if format_description is None:
+            return (0, 0, 0), None
+        if self._format is None or self._format[0] != format_description:
+            event = BinLogPacketWrapper(
+                MysqlPacket(format_description, "utf8"), {}, self.control, (0, 0, 0), self.checksum,
+                {FormatDescriptionEvent}, None, None, None, None, False, False, False, False, False).event
+            self._format = (format_description, event.mysql_version, event.post_header_len)
+        return self._format[1], self._format[2]
+
+
+def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    """`read_range_batches` with the native framer (`has_native_framer(native)`): the same
+    batches, checks and errors as `replication_range_batches`."""
+    if r.start.key() >= r.end.key() or not r.commit_ts:
+        return
+    infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
+    tables = _read_table_maps(r)  # table id -> mysql-replication's Table
+    layouts: dict[int, TableLayout] = {}
+    end_file_number, end_pos = r.end.key()
+    dump = _ReplicationDump(r)
+    try:
+        reader = native.BinlogRangeReader(
+            dump.fd, dump.checksum, READ_TIMEOUT_SECONDS, r.start.file, r.start.pos, end_file_number, end_pos,
+            list(r.commit_ts), 0 if r.piece else -1, r.first_seq())
+        for table_id, table in tables.items():
+            reader.seed_table(table_id, table.schema, table.table)
+        while True:
+            status = reader.read(batch_rows)
+            if status == native.BINLOG_READ_DONE:
+                break
+            if status == native.BINLOG_READ_BATCH:
+                yield _framed_batch(reader.finish())
+                continue
+            if status == native.BINLOG_READ_TOO_MANY_TRANSACTIONS:
+                raise ErrBinlogUnsupportedEvent(
+                    f"range {r.start}..{r.end} holds more than the {len(r.commit_ts)} indexed transactions")
+            if status == native.BINLOG_READ_ENDED:
+                raise ErrBinlogUnsupportedEvent(f"binlog ended at {reader.file}:{reader.pos} before {r.end}")
+            table_id, packet, event_type, commit_ts, seq = reader.pending()
+            if status == native.BINLOG_READ_TABLE_MAP:
+                if packet is not None:
+                    tables[table_id] = dump.event(packet, reader.format_description, {}, TableMapEvent).get_table()
+                table = tables[table_id]
+                info = infos.get(f"{table.schema}.{table.table}")
+                if info is None:
+                    reader.resolve(table_id, False)
+                else:
+                    layouts[table_id] = layout = TableLayout(info, table.columns, native)
+                    reader.resolve(table_id, True, layout.native)
+            elif status == native.BINLOG_READ_PURE_ROWS:
+                event = dump.event(packet, reader.format_description, tables, _OP_CLASSES[event_type])
+                added = 0
+                for change in pure_row_changes(event, layouts[table_id], commit_ts, seq):
+                    reader.add_row(change.seq, change.schema, change.table, _OP_CODES[change.op], change.before,
+                                   change.after)
+                    added += 1
+                reader.pure_done(added)
+            elif status == native.BINLOG_READ_UNSUPPORTED:
+                from sparkcdc.upstream.puller import unsupported_event  # the puller's imports are heavy
+
+                event_class = XAPrepareEvent if event_type == 38 else NotImplementedEvent
+                raise unsupported_event(dump.event(packet, reader.format_description, tables, event_class))
+            else:  # BINLOG_READ_SERVER_ERROR
+                pymysql.err.raise_mysql_exception(packet)
+    finally:
+        dump.close()
+    if reader.transactions != len(r.commit_ts):
+        raise ErrBinlogUnsupportedEvent(
+            f"range {r.start}..{r.end} holds {reader.transactions} transactions but the index lists {len(r.commit_ts)}")
+    if reader.rows:
+        yield _framed_batch(reader.finish())
+
+
+_OP_CLASSES = {23: WriteRowsEvent, 24: UpdateRowsEvent, 25: DeleteRowsEvent,
+               30: WriteRowsEvent, 31: UpdateRowsEvent, 32: DeleteRowsEvent}
+
+
+def _framed_batch(finished: tuple) -> pa.RecordBatch:
+    buffers, table_names = finished
+    return change_batch(buffers, table_names)
+
+
 def _raw_body(event) -> tuple[bytes, int, int, int]:
     """(packet bytes, body start, body end, post-header bytes beyond the known length) of a ROWS event."""
     known = _KNOWN_POST_HEADER.get(event.event_type)
@@ -317,21 +500,28 @@ class NativeBatchBuilder:
 
     def finish(self) -> pa.RecordBatch:
         """The rows added so far as one batch; the builder starts empty again."""
-        rows, commit_ts, seq, codes, ops, before, after = self._builder.finish()
-        schemas = string_array([schema for schema, _ in self._tables])
-        tables = string_array([table for _, table in self._tables])
+        batch = change_batch(self._builder.finish(), list(self._tables))
         self._tables = {}
-        code_array = pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(codes)])
-        op_array = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(ops)])
-        return pa.RecordBatch.from_arrays([
-            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(commit_ts)]),
-            pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(seq)]),
-            schemas.take(code_array),
-            tables.take(code_array),
-            _OP_NAMES.take(op_array),
-            _image_array(rows, before),
-            _image_array(rows, after),
-        ], schema=CHANGE_SCHEMA)
+        return batch
+
+
+def change_batch(buffers: tuple, table_names: list) -> pa.RecordBatch:
+    """A record batch of CHANGE_SCHEMA from a native builder's `finish()` buffers and the
+    (schema, table) names its table codes index."""
+    rows, commit_ts, seq, codes, ops, before, after = buffers
+    schemas = string_array([schema for schema, _ in table_names])
+    tables = string_array([table for _, table in table_names])
+    code_array = pa.Array.from_buffers(pa.int32(), rows, [None, pa.py_buffer(codes)])
+    op_array = pa.Array.from_buffers(pa.uint8(), rows, [None, pa.py_buffer(ops)])
+    return pa.RecordBatch.from_arrays([
+        pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(commit_ts)]),
+        pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(seq)]),
+        schemas.take(code_array),
+        tables.take(code_array),
+        _OP_NAMES.take(op_array),
+        _image_array(rows, before),
+        _image_array(rows, after),
+    ], schema=CHANGE_SCHEMA)
 
 
 def string_array(texts: list[str]) -> pa.StringArray:
