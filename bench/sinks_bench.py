@@ -1,0 +1,296 @@
+"""Sinks benchmark: one prepared binlog replicated end to end to each sink: file, Kafka, MySQL.
+
+    .venv/bin/python bench/sinks_bench.py [--changes 100000] [--sinks file,kafka,mysql]
+        [--workload sysbench] [--kafka-protocols canal-json] [--rounds 1] [--compare-src DIR]
+
+A private MariaDB gets one of bench/peers/workloads.py's workloads (sysbench: 100-row
+transactions), indexed by a sparkcdc server. Then, per round and sink, a fresh server runs one
+changefeed from before the workload, timed from `changefeed create` until its checkpoint passes
+the last transaction (so the sink has flushed, Kafka has acknowledged, MySQL has committed):
+  file   canal-json with the TiDB extension to a local directory; checked: every row change is there
+  kafka  a real broker (KRaft, scripts/setup-kafka.sh), a new 3-partition topic per run, default
+         (table) dispatch; checked: the topic holds one message per row change
+  mysql  a second private MariaDB, tables created before the run; checked: CHECKSUM TABLE and row
+         count equal upstream's for every workload table
+Prints rows/s, CPU seconds and peak RSS of the server's process tree (server + Spark JVM +
+Python workers) and, apart, of the broker or downstream MariaDB, with load averages.
+`--compare-src DIR` also runs every sink with the server importing sparkcdc from DIR (a copy of
+src/, e.g. before a change), interleaved with this tree's runs. Not a test: figures go in
+bench/README.md and docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "peers"))
+
+import workloads  # noqa: E402
+from capture_bench import anchor_schema_history, binlog_end, output_rows, start_server, wait_indexed  # noqa: E402
+
+from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
+from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
+from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
+
+SINKS = ("file", "kafka", "mysql")
+
+
+class PeakSampler(threading.Thread):
+    """Peak RSS of each process tree, sampled every 0.2 s."""
+
+    def __init__(self, pids: dict[str, int]):
+        super().__init__(daemon=True)
+        self.pids, self.peaks, self.done = pids, {name: 0 for name in pids}, threading.Event()
+
+    def run(self):
+        while not self.done.is_set():
+            for name, pid in self.pids.items():
+                self.peaks[name] = max(self.peaks[name], tree_usage(pid)[1])
+            time.sleep(0.2)
+
+
+@dataclass
+class Run:
+    sink: str  # file, kafka/<protocol>, mysql
+    variant: str  # tree, or compare (--compare-src)
+    seconds: float
+    cpu: float
+    peak: int
+    peer_cpu: Optional[float] = None  # broker or downstream MariaDB
+    peer_peak: Optional[int] = None
+    check: str = ""
+
+
+def timed_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int, uri: str,
+                     peer_pid: Optional[int]) -> tuple[float, float, int, Optional[float], Optional[int]]:
+    """Seconds, server tree CPU s and peak RSS, peer CPU s and peak RSS for one catch-up changefeed."""
+    pids = {"server": server.process.pid, **({"peer": peer_pid} if peer_pid else {})}
+    sampler = PeakSampler(pids)
+    cpu_before = {name: tree_usage(pid)[0] for name, pid in pids.items()}
+    sampler.start()
+    began = time.monotonic()
+    server.cli("changefeed", "create", "-c", name, "--start-ts", str(start_ts), "--sink-uri", uri)
+    while server.checkpoint(name) < end_ts:
+        time.sleep(0.2)
+    elapsed = time.monotonic() - began
+    sampler.done.set()
+    cpu = {name: tree_usage(pid)[0] - cpu_before[name] for name, pid in pids.items()}
+    server.cli("changefeed", "remove", "-c", name)
+    return elapsed, cpu["server"], sampler.peaks["server"], cpu.get("peer"), sampler.peaks.get("peer")
+
+
+def kafka_row_messages(bootstrap: str, topic: str) -> tuple[int, dict[str, int]]:
+    """Row changes in a canal-json topic (one per message; DDLs and watermarks left out), by type."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                         "enable.auto.commit": False})
+    partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
+    consumer.assign([TopicPartition(topic, p, 0) for p in partitions if ends[p]])
+    remaining = {p for p in partitions if ends[p]}
+    rows, types = 0, {}
+    while remaining:
+        for message in consumer.consume(10_000, 5.0):
+            if message.error():
+                raise RuntimeError(f"reading {topic}: {message.error()}")
+            value = json.loads(message.value())
+            if not value.get("isDdl") and value.get("type") != "TIDB_WATERMARK":
+                rows += len(value.get("data") or [])
+                types[value["type"]] = types.get(value["type"], 0) + 1
+            if message.offset() + 1 >= ends[message.partition()]:
+                remaining.discard(message.partition())
+    consumer.close()
+    return rows, types
+
+
+def workload_tables(conn) -> list[str]:
+    with conn.cursor() as cur:
+        cur.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = %s ORDER BY 1",
+                    (workloads.DATABASE,))
+        return [row[0] for row in cur.fetchall()]
+
+
+def table_checksums(conn, tables: list[str]) -> dict[str, tuple[int, int]]:
+    """(CHECKSUM TABLE, COUNT(*)) per table of the workload database."""
+    out = {}
+    with conn.cursor() as cur:
+        for table in tables:
+            cur.execute(f"CHECKSUM TABLE `{workloads.DATABASE}`.`{table}`")
+            checksum = cur.fetchone()[1]
+            cur.execute(f"SELECT COUNT(*) FROM `{workloads.DATABASE}`.`{table}`")
+            out[table] = (checksum, cur.fetchone()[0])
+    return out
+
+
+def fresh_downstream(downstream: MariaDBServer, workload: str) -> None:
+    conn = downstream.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{workloads.DATABASE}`")
+    workloads.setup(conn, workload)
+    conn.close()
+
+
+def mariadb_pid(server: MariaDBServer) -> Optional[int]:
+    try:
+        with open(server.pid_file) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--changes", type=int, default=100_000)
+    parser.add_argument("--sinks", default="file,kafka,mysql", help="comma-separated: file, kafka, mysql")
+    parser.add_argument("--workload", default="sysbench", choices=sorted(workloads.WORKLOADS))
+    parser.add_argument("--kafka-protocols", default="canal-json",
+                        help="comma-separated Kafka protocols (canal-json, open-protocol; only canal-json "
+                             "is counted per row)")
+    parser.add_argument("--mysql-options", default="", help="query of the MySQL sink URI, e.g. worker-count=16")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--compare-src", default="",
+                        help="also run every sink with the server importing sparkcdc from this directory")
+    args = parser.parse_args()
+    sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
+    if not sinks or set(sinks) - set(SINKS):
+        parser.error(f"--sinks takes {', '.join(SINKS)}")
+    protocols = [p.strip() for p in args.kafka_protocols.split(",") if p.strip()]
+    variants = {"tree": ""}
+    if args.compare_src:
+        variants["compare"] = os.path.abspath(args.compare_src)
+
+    base = tempfile.mkdtemp(prefix="sparkcdc-sinks-bench-")
+    data_dir = os.path.join(base, "cdc")
+    upstream = MariaDBServer(os.path.join(base, "upstream")).start()
+    downstream = broker = None
+    server: Optional[ServerProcess] = None
+    runs: list[Run] = []
+    try:
+        print(f"load average before: {os.getloadavg()}", flush=True)
+        server = start_server(data_dir, upstream.uri, "native")
+        conn = upstream.connect()
+        index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
+        workloads.setup(conn, args.workload)
+        start_ts = wait_indexed(index, *binlog_end(conn)).commit_ts
+        while index.resolved_ts() <= start_ts + 1:
+            time.sleep(0.2)
+        began = time.monotonic()
+        rows = workloads.write(conn, args.workload, args.changes)
+        end_ts = wait_indexed(index, *binlog_end(conn)).commit_ts
+        print(f"workload {args.workload}: {rows} row changes in {time.monotonic() - began:.1f}s", flush=True)
+        start_ts = anchor_schema_history(server, start_ts, os.path.join(base, "anchor"))
+        server.stop()
+        server = None
+        tables = workload_tables(conn)
+        upstream_sums = table_checksums(conn, tables)
+        if "kafka" in sinks:
+            from sparkcdc.testing.kafka import KafkaBroker
+
+            broker = KafkaBroker(Path(base) / "kafka").start()
+        if "mysql" in sinks:
+            downstream = MariaDBServer(os.path.join(base, "downstream")).start()
+
+        targets = [("kafka/" + p if s == "kafka" else s) for s in sinks for p in (protocols if s == "kafka" else [""])]
+        for round_number in range(1, args.rounds + 1):
+            for target in targets:
+                for variant, src in variants.items():
+                    name = f"{target.replace('/', '-')}-{variant}-{round_number}"
+                    peer_pid = None
+                    if target == "file":
+                        sink_dir = os.path.join(base, "out-" + name)
+                        uri = f"file://{sink_dir}?protocol=canal-json&enable-tidb-extension=true"
+                    elif target.startswith("kafka/"):
+                        protocol = target.split("/", 1)[1]
+                        topic = f"bench-{name}"
+                        uri = f"kafka://{broker.bootstrap}/{topic}?protocol={protocol}&partition-num=3"
+                        if protocol == "canal-json":
+                            uri += "&enable-tidb-extension=true"
+                        peer_pid = broker.process.pid
+                    else:
+                        fresh_downstream(downstream, args.workload)
+                        uri = f"mysql://root@127.0.0.1:{downstream.port}/" + (
+                            f"?{args.mysql_options}" if args.mysql_options else "")
+                        peer_pid = mariadb_pid(downstream)
+                    saved = os.environ.get("PYTHONPATH")
+                    if src:
+                        os.environ["PYTHONPATH"] = src + (os.pathsep + saved if saved else "")
+                    try:
+                        server = start_server(data_dir, upstream.uri, "native")
+                    finally:
+                        if saved is None:
+                            os.environ.pop("PYTHONPATH", None)
+                        else:
+                            os.environ["PYTHONPATH"] = saved
+                    seconds, cpu, peak, peer_cpu, peer_peak = timed_changefeed(
+                        server, name, start_ts, end_ts, uri, peer_pid)
+                    server.stop()
+                    server = None
+                    if target == "file":
+                        written = output_rows(sink_dir, "canal-json")
+                        check = f"{written} rows in files"
+                        ok = written == rows
+                    elif target == "kafka/canal-json":
+                        written, types = kafka_row_messages(broker.bootstrap, topic)
+                        check = f"{written} row messages {types}"
+                        ok = written == rows
+                    elif target.startswith("kafka/"):
+                        check, ok = "not counted", True
+                    else:
+                        down_conn = downstream.connect()
+                        down_sums = table_checksums(down_conn, tables)
+                        down_conn.close()
+                        ok = down_sums == upstream_sums
+                        check = (f"{len(tables)} table checksums equal" if ok
+                                 else f"checksums differ: up {upstream_sums} down {down_sums}")
+                    if not ok:
+                        raise SystemExit(f"{name}: expected {rows} row changes; {check}")
+                    run = Run(target, variant, seconds, cpu, peak, peer_cpu, peer_peak, check)
+                    runs.append(run)
+                    peer = (f"; {'broker' if target.startswith('kafka') else 'downstream'} CPU {peer_cpu:.1f}s, "
+                            f"peak RSS {peer_peak / 2**20:,.0f} MiB" if peer_cpu is not None else "")
+                    print(f"round {round_number} {target} ({variant}): {rows} rows in {seconds:.1f}s = "
+                          f"{rows / seconds:,.0f} rows/s, server CPU {cpu:.1f}s, peak RSS {peak / 2**20:,.0f} MiB"
+                          f"{peer}; {check}; load {os.getloadavg()[0]:.2f}", flush=True)
+        print(f"load average after: {os.getloadavg()}")
+        print(f"\nmedian of {args.rounds} round(s), {rows} row changes ({args.workload}), from changefeed create "
+              "to checkpoint past the last transaction; server = sparkcdc + Spark JVM + workers")
+        print("| sink | variant | rows/s | s | server CPU s | server peak RSS MiB | peer CPU s | peer peak RSS MiB |")
+        print("|---|---|---|---|---|---|---|---|")
+        for target in targets:
+            for variant in variants:
+                mine = [r for r in runs if r.sink == target and r.variant == variant]
+                peer_cpu = [r.peer_cpu for r in mine if r.peer_cpu is not None]
+                peer_peak = [r.peer_peak for r in mine if r.peer_peak is not None]
+                print(f"| {target} | {variant} | {statistics.median(rows / r.seconds for r in mine):,.0f} | "
+                      f"{statistics.median(r.seconds for r in mine):.1f} | {statistics.median(r.cpu for r in mine):.1f} | "
+                      f"{max(r.peak for r in mine) / 2**20:,.0f} | "
+                      f"{f'{statistics.median(peer_cpu):.1f}' if peer_cpu else '-'} | "
+                      f"{f'{max(peer_peak) / 2**20:,.0f}' if peer_peak else '-'} |")
+    finally:
+        if server is not None:
+            server.stop()
+        if broker is not None:
+            broker.stop()
+        if downstream is not None:
+            downstream.stop()
+        upstream.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
