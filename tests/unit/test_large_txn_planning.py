@@ -172,3 +172,16 @@ def test_the_puller_cuts_at_rows_events_with_the_table_maps_of_their_statement()
     open_txn.see_table_map(9, 2300)
     open_txn.see_rows(9, 0, at(2400), piece_bytes=1000)
     assert open_txn.pieces == [PieceStart(1100, (150, 180)), PieceStart(2400, (2300,))]
+
+
+def test_pieces_keep_their_own_budget_in_a_larger_batch():
+    """A catching-up batch may span more than max-batch-bytes, but a large transaction's pieces
+    are planned within piece_batch_bytes: their memory bound."""
+    index = FakeIndex([txn(10, 0, 100), txn(20, 100, 500, cuts=(100, 200, 300, 400))], resolved=20)
+    # Up to 1000 bytes of whole transactions, pieces within 250: the first transaction and one
+    # piece, then two pieces per batch.
+    assert plan_next_batch(index, BatchOffset(5), 0, 1000, piece_batch_bytes=250) == (BatchOffset(20, 1), True)
+    assert plan_next_batch(index, BatchOffset(20, 1), 0, 1000, piece_batch_bytes=250) == (BatchOffset(20, 3), True)
+    assert plan_next_batch(index, BatchOffset(20, 3), 0, 1000, piece_batch_bytes=250) == (BatchOffset(20), False)
+    # Without the piece budget all of it is one batch.
+    assert plan_next_batch(index, BatchOffset(5), 0, 1000) == (BatchOffset(20), False)

@@ -247,3 +247,37 @@ def test_planning_reads_the_index_a_page_at_a_time(monkeypatch):
     assert plan_next_batch(index, BatchOffset(0), 0, 1050) == whole == (BatchOffset(11), True)
     assert index.read == 12  # three pages of 4, not all 100 transactions
     assert plan_next_batch(index, BatchOffset(0), 0, 100_000) == (BatchOffset(100), False)
+
+
+def test_a_catching_up_changefeed_plans_larger_batches_until_it_is_caught_up():
+    clock = Clock()
+    index = FakeIndex([txn(ts, 600) for ts in range(10, 210, 10)], resolved=200)  # 20 x 600 bytes
+    options = SourceOptions(index_path="x", upstream_uri="mysql://u@h:3306/", start_ts=0, max_batch_bytes=1000)
+    pacer = BatchPacer(1.0, clock)
+    # The first batch after a start is max-batch-bytes: two transactions (cut by size).
+    assert pacer.plan(index, BatchOffset(0), options) == BatchOffset(20) and pacer.catching_up
+    # Then, catching up, CATCH_UP_BATCH_FACTOR times that: 4000 bytes hold seven transactions.
+    assert source.CATCH_UP_BATCH_FACTOR == 4
+    assert pacer.plan(index, BatchOffset(20), options) == BatchOffset(90) and pacer.catching_up
+    assert pacer.plan(index, BatchOffset(90), options) == BatchOffset(160) and pacer.catching_up
+    # The rest fits: caught up (after the trigger interval), and the next batch is back to
+    # max-batch-bytes.
+    clock.now += 1
+    assert pacer.plan(index, BatchOffset(160), options) == BatchOffset(200) and not pacer.catching_up
+    index.txns += [txn(ts, 600) for ts in range(210, 260, 10)]
+    index.resolved = 250
+    clock.now += 1
+    assert pacer.plan(index, BatchOffset(200), options) == BatchOffset(220)
+
+
+def test_a_batch_the_pacer_holds_back_is_not_planned():
+    clock, index = Clock(), FakeIndex([txn(10), txn(20)], resolved=30)
+    options = SourceOptions(index_path="x", upstream_uri="mysql://u@h:3306/", start_ts=0)
+    pacer = BatchPacer(1.0, clock)
+    assert pacer.plan(index, BatchOffset(0), options) == BatchOffset(30)
+    index.txns.append(txn(40))
+    index.resolved = 40
+    clock.now += 0.5
+    assert pacer.plan(index, BatchOffset(30), options) == BatchOffset(30)  # within the interval
+    clock.now += 0.5
+    assert pacer.plan(index, BatchOffset(30), options) == BatchOffset(40)

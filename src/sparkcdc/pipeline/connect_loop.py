@@ -3,7 +3,7 @@
 Over Spark Connect a `foreachBatch` function runs in a Python process on the Connect server,
 where the changefeed's sink, metadata store and transaction index are not. So the capture plays
 the streaming engine's part: it plans each batch from the transaction index with the stream
-reader's own functions (`plan_next_batch`, `plan_partitions`), paced like it (`BatchPacer`), and the
+reader's own pacing and planning (`BatchPacer.plan`, `plan_partitions`), and the
 Connect server's executors decode the batch's binlog ranges in a batch read of a Python data
 source whose option carries that plan. The read's DataFrame goes to the very batch writer
 `foreachBatch` calls (its `toArrow()` runs the read and brings the rows back to the capture), so
@@ -34,7 +34,6 @@ from sparkcdc.pipeline.source import (
     BinlogStreamReader,
     SourceOptions,
     _MarkerPartition,
-    plan_next_batch,
     plan_partitions,
 )
 
@@ -300,15 +299,13 @@ class ConnectBatchLoop:
             start, batch_id, warned = BatchOffset(self._options.start_ts), 0, set()
             pacer = BatchPacer(self._interval)
             while not self._stopping.is_set():
-                end, backlog = plan_next_batch(self._index, start, self._options.target_ts,
-                                               self._options.max_batch_bytes, self._options.split_transactions)
-                if pacer.ready(self._index, start, end, backlog, self._options.target_ts):
-                    pacer.ran()
+                end = pacer.plan(self._index, start, self._options)
+                if end.key() > start.key():
                     partitions = plan_partitions(self._index, self._options, start, end, warned)
                     self._write(self._batch_frame(BatchPlan(self._options, tuple(partitions))), batch_id)
                     batch_id += 1
                     start = end
-                    if backlog:
+                    if pacer.catching_up:
                         continue
                 self._stopping.wait(POLL_SECONDS)
         except BaseException as exc:  # the runner's watcher reads it from awaitTermination()

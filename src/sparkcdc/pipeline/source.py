@@ -52,6 +52,11 @@ SOURCE_NAME = "sparkcdc_binlog"
 # backlog; one 64 MB batch took minutes on a loaded 2-core machine (and was lost whole when that
 # capture died too), while 8 MB batches move the checkpoint every few seconds at ~1 s overhead each.
 DEFAULT_MAX_BATCH_BYTES = 8 << 20
+# While a changefeed catches up (the previous batch was cut by size), its batches may span this
+# many times max-batch-bytes: besides its rows, a micro-batch costs ~0.25 s (a Spark job of three
+# tasks, the offset log), a third of an 8 MB batch's time. The first batch after a (re)start, and
+# batches of a large transaction's pieces (whose memory max-batch-bytes bounds), stay at 1x.
+CATCH_UP_BATCH_FACTOR = 4
 # An idle changefeed's checkpoint-only batches run at most this often (BatchPacer), whatever the
 # trigger interval: the idle checkpoint lag stays within about this plus one batch.
 IDLE_BATCH_SECONDS = 1.0
@@ -158,13 +163,15 @@ class BatchOffset:
 
 
 def plan_next_batch(
-    index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True
+    index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True,
+    piece_batch_bytes: int | None = None,
 ) -> tuple[BatchOffset, bool]:
     """The end of the next micro-batch starting after `start` (== start when nothing is new).
 
     A batch takes transactions until it holds more than `max_batch_bytes` of binlog (at least
-    one); with `split_transactions`, the pieces of a split transaction while they fit (at least
-    one), so a batch of pieces stays within max_batch_bytes plus one piece.
+    one); with `split_transactions`, the pieces of a split transaction while they fit in
+    `piece_batch_bytes` (default max_batch_bytes; at least one piece), so a batch of pieces stays
+    within that plus one piece.
 
     Also says whether more is ready beyond the end (a size cut, or a DDL with transactions
     resolved after it): then the next batch should run at once (BatchPacer)."""
@@ -177,12 +184,13 @@ def plan_next_batch(
         end = min(end, next_ddl)
     if end <= start.checkpoint_ts:
         return start, False
+    piece_limit = min(max_batch_bytes, piece_batch_bytes or max_batch_bytes)
     size = 0
     for txn in _paged_txns(index, start.checkpoint_ts, end):
         first = start.piece if txn.commit_ts == start.ts else 0
         if txn.piece_count > 1 and (split_transactions or first):  # a batch never re-reads pieces it had
             for piece in range(first, txn.piece_count):
-                if size and size + txn.piece_size(piece) > max_batch_bytes:  # the piece starts the next batch
+                if size and size + txn.piece_size(piece) > piece_limit:  # the piece starts the next batch
                     return (BatchOffset(txn.commit_ts, piece) if piece else BatchOffset(txn.commit_ts - 1)), True
                 size += txn.piece_size(piece)
             continue
@@ -217,12 +225,34 @@ class BatchPacer:
     - a batch with transactions runs `interval` seconds after the previous batch started;
     - a batch that only moves an idle upstream's resolved-ts runs at most once per
       max(interval, IDLE_BATCH_SECONDS), so a short trigger interval costs no more when idle;
-    - a batch reaching the changefeed's target-ts runs at once."""
+    - a batch reaching the changefeed's target-ts runs at once.
+    It also sizes batches: CATCH_UP_BATCH_FACTOR times max-batch-bytes after a batch that was cut
+    by size (`batch_bytes`), max-batch-bytes otherwise."""
 
     def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic):
         self.interval = interval
         self._clock = clock
         self._last = float("-inf")
+        self._catching_up = False
+
+    @property
+    def catching_up(self) -> bool:
+        """Whether the last batch planned had more ready behind it."""
+        return self._catching_up
+
+    def batch_bytes(self, max_batch_bytes: int) -> int:
+        """The binlog bytes the next batch may span."""
+        return max_batch_bytes * CATCH_UP_BATCH_FACTOR if self._catching_up else max_batch_bytes
+
+    def plan(self, index: "TxnIndex", start: BatchOffset, options: "SourceOptions") -> BatchOffset:
+        """The end of the batch to run now after `start` (plan_next_batch sized by `batch_bytes`),
+        or `start` when none may run yet; a batch returned counts as run."""
+        end, backlog = plan_next_batch(index, start, options.target_ts, self.batch_bytes(options.max_batch_bytes),
+                                       options.split_transactions, piece_batch_bytes=options.max_batch_bytes)
+        if not self.ready(index, start, end, backlog, options.target_ts):
+            return start
+        self.ran(backlog)
+        return end
 
     def ready(self, index: "TxnIndex", start: BatchOffset, end: BatchOffset, backlog: bool, target_ts: int = 0) -> bool:
         if end.key() <= start.key():
@@ -234,9 +264,11 @@ class BatchPacer:
             return True
         return elapsed >= self.interval and bool(index.txns_between(start.checkpoint_ts, end.ts, limit=1))
 
-    def ran(self) -> None:
-        """A batch was just planned: the intervals count from now."""
+    def ran(self, backlog: bool = False) -> None:
+        """A batch was just planned (with more ready behind it: `backlog`): the intervals count
+        from now."""
         self._last = self._clock()
+        self._catching_up = backlog
 
 
 def replicated_tables(
@@ -397,13 +429,7 @@ class BinlogStreamReader(DataSourceStreamReader):
         """The next batch's end when BatchPacer lets it run now, else `start` (Spark then runs no
         batch and asks again after spark.sql.streaming.pollingDelay)."""
         begin = BatchOffset.of(start) if start else BatchOffset(self.options.start_ts)
-        index = self._index()
-        end, backlog = plan_next_batch(index, begin, self.options.target_ts, self.options.max_batch_bytes,
-                                       self.options.split_transactions)
-        if not self._pacer.ready(index, begin, end, backlog, self.options.target_ts):
-            return begin.to_json()
-        self._pacer.ran()
-        return end.to_json()
+        return self._pacer.plan(self._index(), begin, self.options).to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return plan_partitions(self._index(), self.options, BatchOffset.of(start), BatchOffset.of(end), self._warned)
