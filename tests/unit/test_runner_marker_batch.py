@@ -66,13 +66,15 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
                                             "", str(tmp_path), "127.0.0.1:8300")
     info = ChangefeedInfo("default", "cf", 0, f"file://{tmp_path}/out?protocol=canal-json", "t", 1, 0, "normal",
                           None, replica_config_to_dict(ReplicaConfig()), "0.1")
-    write = runner._batch_writer(info, ReplicaConfig(), sink=None)
+    writer = runner_module.PipelinedWriter("write-cf")
+    write = runner._batch_writer(info, ReplicaConfig(), writer, sink=None)
     jobs: list = []
     for batch_id, (at, partition) in enumerate([(0, _MarkerPartition(0, 1)), (1, _MarkerPartition(1, 2)),
                                                 (19, _MarkerPartition(2, 3)), (21, _MarkerPartition(3, 4)),
                                                 (22, _MarkerPartition(4, 5)), (23, InputPartition(7))]):
         now[0] = at
         write(_Batch(partition, jobs), batch_id)
+    writer.wait()
     # The first batch warms a Python worker, then a job at least every KEEP_PYTHON_WORKER_SECONDS (20 s);
     # a batch with anything but the marker always runs.
     assert runner_module.KEEP_PYTHON_WORKER_SECONDS == 20.0

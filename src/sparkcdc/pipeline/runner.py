@@ -60,6 +60,8 @@ SINK_RETRY_SECONDS = 10.0
 # An idle changefeed still runs a Spark job this often, keeping a Python worker alive (Spark's
 # PythonWorkerFactory stops workers idle for a minute).
 KEEP_PYTHON_WORKER_SECONDS = 20.0
+# How often a query's watcher checks for a failed write the query has not yet seen (PipelinedWriter).
+WATCH_SECONDS = 1.0
 
 
 @dataclass
@@ -71,9 +73,60 @@ class _Retrying:
 @dataclass
 class _Running:
     query: object
+    writer: "PipelinedWriter"
     sink: object  # a RowSink with close()
     stopping: threading.Event
     extras: tuple = ()  # redo writer, syncpoint writer: closed with the sink
+
+    def closeables(self) -> tuple:
+        """What to close when the query is over, in order: the last write finishes first."""
+        return (self.writer, self.sink, *self.extras)
+
+
+class PipelinedWriter:
+    """Writes a changefeed's batches on its own thread, one batch behind its query, so that the
+    executors decode batch N + 1 while batch N goes to the sink (the two took turns before).
+
+    Batches are written one at a time and in order. `submit` first waits for the previous write:
+    at most two batches are in memory, and a failed write fails the query at its next batch;
+    `failure` lets the query's watcher fail it sooner when no next batch comes. The checkpoint
+    moves only when a write is done, so a batch Spark counts as committed but not yet written is
+    replayed after a crash (the metastore checkpoint is where a changefeed resumes)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._pending: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def submit(self, write: Callable[[], None]) -> None:
+        self.wait()
+        def run() -> None:
+            try:
+                write()
+            except BaseException as exc:  # raised to the query at its next batch, or by its watcher
+                self._error = exc
+        self._pending = threading.Thread(target=run, name=self._name, daemon=True)
+        self._pending.start()
+
+    def wait(self) -> None:
+        """Wait for the write in flight; raise its error if it failed."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        if self._error is not None:
+            raise self._error
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The error of a failed write, once it has finished."""
+        pending = self._pending
+        return self._error if pending is None or not pending.is_alive() else None
+
+    def close(self) -> None:
+        """Let the write in flight finish (its error was or will be reported by the watcher)."""
+        pending = self._pending
+        if pending is not None and pending is not threading.current_thread():
+            pending.join()
 
 
 class ChangefeedRunner:
@@ -151,10 +204,11 @@ class ChangefeedRunner:
                 _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
                 raise
             name = f"changefeed-{info.namespace}-{info.id}"
+            writer = PipelinedWriter(f"write-{info.id}")
             self.before_start()
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
                 query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path),
-                                         self._batch_writer(info, config, sink, *extras),
+                                         self._batch_writer(info, config, writer, sink, *extras),
                                          trigger_seconds(self._trigger), name).start()
             else:
                 query = (
@@ -162,17 +216,17 @@ class ChangefeedRunner:
                     .options(**options.to_options())
                     .load()
                     .writeStream.queryName(name)
-                    .foreachBatch(self._batch_writer(info, config, sink, *extras))
+                    .foreachBatch(self._batch_writer(info, config, writer, sink, *extras))
                     .option("checkpointLocation", checkpoint_dir)
                     # The source paces batches itself (BatchPacer): a backlog runs back to back.
                     .trigger(processingTime="0 seconds")
                     .start()
                 )
-            self._running[key] = _Running(query, sink, stopping, extras)
+            self._running[key] = _Running(query, writer, sink, stopping, extras)
             if info.state == "warning" and key not in self._retrying:  # a warning from before a restart
                 self._retrying[key] = _Retrying(_error_time(info.error) or self._clock())
         threading.Thread(
-            target=self._watch, args=(key, query, stopping), name=f"watch-{info.id}", daemon=True
+            target=self._watch, args=(key, query, writer, stopping), name=f"watch-{info.id}", daemon=True
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
 
@@ -199,7 +253,8 @@ class ChangefeedRunner:
                                         parse_go_duration(interval), parse_go_duration(config.sync_point_retention))
         return redo, syncpoint
 
-    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, sink, redo=None, syncpoint=None):
+    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, writer: PipelinedWriter, sink, redo=None,
+                      syncpoint=None):
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
@@ -225,14 +280,20 @@ class ChangefeedRunner:
             if began - last_job[0] < KEEP_PYTHON_WORKER_SECONDS:
                 table = marker_only_table(sole_planned_partition(df))
             if table is None:
-                table = df.toArrow()
+                table = df.toArrow()  # runs the read tasks: the executors decode the batch
                 last_job[0] = began
-            result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
-                                 split_updates, filters, ddl_policy, redo, syncpoint)
-            if result is not None and (result.rows or result.ddls):
-                # The time covers decoding (toArrow runs the read tasks) and the sink write.
-                log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d in %.1fs", changefeed_id,
-                         batch_id, result.start, result.end, result.rows, result.ddls, time.monotonic() - began)
+            decoded = time.monotonic()
+
+            def write_table() -> None:
+                writing = time.monotonic()
+                result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
+                                     split_updates, filters, ddl_policy, redo, syncpoint)
+                if result is not None and (result.rows or result.ddls):
+                    log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d in %.1fs (decode %.2fs, write %.2fs)",
+                             changefeed_id, batch_id, result.start, result.end, result.rows, result.ddls,
+                             time.monotonic() - began, decoded - began, time.monotonic() - writing)
+
+            writer.submit(write_table)
 
         return write
 
@@ -243,12 +304,17 @@ class ChangefeedRunner:
         # Stopping the query from inside its own batch would deadlock: do it from a thread.
         threading.Thread(target=self.stop, args=(namespace, changefeed_id), daemon=True).start()
 
-    def _watch(self, key, query, stopping: threading.Event) -> None:
+    def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event) -> None:
         try:
-            query.awaitTermination()
+            while not query.awaitTermination(WATCH_SECONDS):
+                failure = writer.failure  # a failed write with no next batch to fail the query
+                if failure is not None and not stopping.is_set():
+                    stopping.set()
+                    query.stop()
+                    raise failure
             return
-        except Exception as exc:  # the query died: record why, keep the others running
-            if stopping.is_set():
+        except BaseException as exc:  # the query died: record why, keep the others running
+            if stopping.is_set() and writer.failure is None:
                 return
             message = _short_error(exc)
         finally:
@@ -257,7 +323,7 @@ class ChangefeedRunner:
                 if running is not None and running.query is query:
                     del self._running[key]
         if running is not None and running.query is query:
-            for closeable in (running.sink, *running.extras):
+            for closeable in running.closeables():
                 _close_quietly(closeable)
         self._handle_failure(key, message)
 
@@ -354,6 +420,7 @@ class ChangefeedRunner:
         try:
             running.query.stop()
         finally:
+            running.writer.close()
             running.sink.close()
             for extra in running.extras:
                 _close_quietly(extra)
