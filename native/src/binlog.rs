@@ -504,6 +504,18 @@ impl RangeState {
 pub struct BinlogRangeReader {
     packets: Packets,
     state: RangeState,
+    read_timeout: Option<Duration>,
+}
+
+fn borrowed_stream(fd: i32, timeout: Option<Duration>) -> PyResult<ManuallyDrop<TcpStream>> {
+    if fd < 0 {
+        return Err(PyValueError::new_err(format!("file descriptor {fd} is not open")));
+    }
+    let stream = ManuallyDrop::new(unsafe { TcpStream::from_raw_fd(fd) });
+    stream
+        .set_read_timeout(timeout)
+        .map_err(|e| PyOSError::new_err(format!("setting the read timeout: {e}")))?;
+    Ok(stream)
 }
 
 #[pymethods]
@@ -523,14 +535,8 @@ impl BinlogRangeReader {
         first_txn: i64,
         first_seq: i64,
     ) -> PyResult<Self> {
-        if fd < 0 {
-            return Err(PyValueError::new_err(format!("file descriptor {fd} is not open")));
-        }
-        let stream = ManuallyDrop::new(unsafe { TcpStream::from_raw_fd(fd) });
         let timeout = if read_timeout > 0.0 { Some(Duration::from_secs_f64(read_timeout)) } else { None };
-        stream
-            .set_read_timeout(timeout)
-            .map_err(|e| PyOSError::new_err(format!("setting the read timeout: {e}")))?;
+        let stream = borrowed_stream(fd, timeout)?;
         let number = file_number(&start_file);
         Ok(BinlogRangeReader {
             packets: Packets { stream, buf: vec![0; 1 << 18], start: 0, end: 0, joined: Vec::new() },
@@ -556,7 +562,19 @@ impl BinlogRangeReader {
                 done: false,
                 events: 0,
             },
+            read_timeout: timeout,
         })
+    }
+
+    /// Goes on reading from a new connection whose dump starts at (`file`, `pos`), after the
+    /// previous one was lost: what was read so far (tables, transactions, rows) is kept, bytes of
+    /// a partly received event are dropped.
+    fn reconnect(&mut self, fd: i32) -> PyResult<()> {
+        self.packets.stream = borrowed_stream(fd, self.read_timeout)?;
+        self.packets.start = 0;
+        self.packets.end = 0;
+        self.packets.joined.clear();
+        Ok(())
     }
 
     /// Reads on until Python has something to do; returns the status (module constants).
@@ -730,7 +748,13 @@ impl BinlogRangeReader {
         self.state.pos
     }
 
-    /// Events framed so far (for benchmarks).
+    /// Whether events carry a CRC32 trailer.
+    #[getter]
+    fn checksum(&self) -> bool {
+        self.state.checksum
+    }
+
+    /// Events framed so far (for benchmarks and to see progress).
     #[getter]
     fn events(&self) -> u64 {
         self.state.events

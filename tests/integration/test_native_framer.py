@@ -240,3 +240,28 @@ def test_a_compressed_event_fails_the_same_way(tmp_path_factory):
         assert framed == replicated and "cannot be decoded" in framed
     finally:
         mariadb.stop()
+
+
+def connections(server) -> int:
+    """Connections the server has accepted, this one included."""
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW GLOBAL STATUS LIKE 'Connections'")
+        return int(cur.fetchone()[1])
+
+
+def test_a_lost_connection_resumes_from_the_last_whole_event(server, workload):
+    upstream, marks, commit_ts, tables = workload
+    # The two transactions of the >16 MB rows: the server is still sending when the first row is out.
+    rng = BinlogRange(upstream, next(_server_ids), marks[-3], marks[-1], tuple(commit_ts[-2:]), tables)
+    expected = pa.Table.from_batches(replication_range_batches(rng, native, 1))
+    before = connections(server)
+    batches = framed_range_batches(rng, native, 1)
+    got = [next(batches)]
+    with server.connect() as conn, conn.cursor() as cur:
+        # The newest dump is this read's (earlier reads' may linger until the server writes to them).
+        cur.execute("SELECT MAX(id) FROM information_schema.processlist WHERE command = 'Binlog Dump'")
+        cur.execute(f"KILL {cur.fetchone()[0]}")
+    got += list(batches)
+    # The read's connection, the one that killed it, the read's second connection, and this one.
+    assert connections(server) == before + 4, "the read connected again after the kill"
+    assert pa.Table.from_batches(got).equals(expected)

@@ -324,8 +324,8 @@ class _ReplicationDump:
     BinLogStreamReader does (checksum negotiation, MariaDB slave capability 4), and the
     mysql-replication parse of the few packets Python handles."""
 
-    def __init__(self, r: BinlogRange):
-        self.connection = pymysql.connect(**r.upstream.connection_settings())
+    def __init__(self, upstream: UpstreamConfig, server_id: int, start: BinlogPosition):
+        self.connection = pymysql.connect(**upstream.connection_settings())
         try:
             with self.connection.cursor() as cursor:
                 cursor.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_checksum', 'binlog_row_metadata')")
@@ -346,10 +346,10 @@ class _ReplicationDump:
             sock.settimeout(None)
             if leftover:
                 raise ErrBinlogUnsupportedEvent("the replication connection holds unread bytes before the dump")
-            file = r.start.file.encode()
+            file = start.file.encode()
             self.connection._write_bytes(
                 struct.pack("<i", len(file) + 11) + bytes([_COM_BINLOG_DUMP])
-                + struct.pack("<IHI", r.start.pos, _BINLOG_DUMP_NON_BLOCK, r.server_id) + file)
+                + struct.pack("<IHI", start.pos, _BINLOG_DUMP_NON_BLOCK, server_id) + file)
             self.fd = sock.fileno()
         except BaseException:
             self.close()
@@ -391,15 +391,29 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
     tables = _read_table_maps(r)  # table id -> mysql-replication's Table
     layouts: dict[int, TableLayout] = {}
     end_file_number, end_pos = r.end.key()
-    dump = _ReplicationDump(r)
+    dump = _ReplicationDump(r.upstream, r.server_id, r.start)
     try:
         reader = native.BinlogRangeReader(
             dump.fd, dump.checksum, READ_TIMEOUT_SECONDS, r.start.file, r.start.pos, end_file_number, end_pos,
             list(r.commit_ts), 0 if r.piece else -1, r.first_seq())
         for table_id, table in tables.items():
             reader.seed_table(table_id, table.schema, table.table)
+        events_at_connect = 0
         while True:
-            status = reader.read(batch_rows)
+            try:
+                status = reader.read(batch_rows)
+            except OSError:
+                # As mysql-replication does on a lost connection: dump again from the last whole
+                # event. Only after progress, so a dead upstream fails the task instead of looping.
+                if reader.events == events_at_connect:
+                    raise
+                dump.close()
+                dump = _ReplicationDump(r.upstream, r.server_id, BinlogPosition(reader.file, reader.pos))
+                if dump.checksum != reader.checksum:
+                    raise ErrBinlogUnsupportedEvent("binlog_checksum changed while a range was read; retry the task")
+                reader.reconnect(dump.fd)
+                events_at_connect = reader.events
+                continue
             if status == native.BINLOG_READ_DONE:
                 break
             if status == native.BINLOG_READ_BATCH:
