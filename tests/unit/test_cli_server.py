@@ -26,3 +26,23 @@ def test_bad_security_settings_fail_fast(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err
     assert "ErrSecurityConfig" in err and message in err
     assert not (tmp_path / "data").exists()  # nothing was started
+
+
+@pytest.mark.parametrize("entry", ["spark.driver.memory", "driver.memory=2g", "=2g"])
+def test_spark_conf_takes_spark_key_equals_value(tmp_path, capsys, entry):
+    argv = ["server", "--upstream-uri", "mysql://root@127.0.0.1:1/", "--data-dir", str(tmp_path / "data"),
+            "--spark-conf", entry]
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert "is not KEY=VALUE with a spark.* key" in capsys.readouterr().err
+    assert not (tmp_path / "data").exists()
+
+
+def test_spark_conf_is_refused_with_spark_remote(tmp_path, capsys):
+    argv = ["server", "--upstream-uri", "mysql://root@127.0.0.1:1/", "--data-dir", str(tmp_path / "data"),
+            "--spark-remote", "sc://127.0.0.1:15002", "--spark-conf", "spark.driver.memory=2g"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "ErrSparkRemoteInvalid" in err and "--spark-conf" in err
+    assert not (tmp_path / "data").exists()

@@ -34,6 +34,11 @@ def register(subparsers) -> None:
                         help="run changefeeds over Spark Connect: the Connect server's executors decode the binlog, "
                              "this process plans the batches and writes the sinks (sparkcdc must be installed "
                              "for the server's Python workers); not with --spark-master")
+    parser.add_argument("--spark-conf", action="append", default=[], type=spark_conf_entry, metavar="KEY=VALUE",
+                        help="a Spark setting over sparkcdc's own, e.g. spark.driver.memory=2g; repeatable. "
+                             "A JVM flag in spark.driver.extraJavaOptions (or JAVA_TOOL_OPTIONS, _JAVA_OPTIONS) "
+                             "replaces sparkcdc's own for the same setting, e.g. -XX:+UseG1GC its collector; "
+                             "not with --spark-remote")
     parser.add_argument("--trigger-interval", default="1s", type=trigger_interval, metavar="DURATION",
                         help="the least time between two micro-batches of a changefeed that has caught up, a "
                              "Go duration from 100ms to 1m (default 1s); a shorter one lowers the latency of a "
@@ -65,6 +70,16 @@ def trigger_interval(text: str) -> str:
     return f"{round(seconds * 1000)} milliseconds"
 
 
+def spark_conf_entry(text: str) -> tuple[str, str]:
+    """--spark-conf: KEY=VALUE with a spark.* key."""
+    key, equals, value = text.partition("=")
+    key = key.strip()
+    if not equals or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE with a spark.* key; give e.g. "
+                                         "spark.driver.memory=2g")
+    return key, value
+
+
 def _spark_mode(args: argparse.Namespace) -> tuple[str, str]:
     """(spark master, Spark Connect URL): one of the two, validated."""
     from sparkcdc.errors import ErrSparkRemoteInvalid
@@ -72,6 +87,10 @@ def _spark_mode(args: argparse.Namespace) -> tuple[str, str]:
 
     if args.spark_remote is None:
         return args.spark_master or "local[*]", ""
+    if args.spark_conf:
+        raise ErrSparkRemoteInvalid(
+            "--spark-conf sets this process's Spark driver, which --spark-remote does not start: set the Spark "
+            "Connect server's configuration where it is started")
     if args.spark_master is not None:
         raise ErrSparkRemoteInvalid(
             "--spark-master and --spark-remote exclude each other: give --spark-master to drive Spark from this "
@@ -136,6 +155,7 @@ def run_server(args: argparse.Namespace) -> int:
                 pd=args.pd,
                 capture_session_ttl=args.capture_session_ttl,
                 trigger_interval=args.trigger_interval,
+                spark_conf=tuple(args.spark_conf),
             )
         )
     except SparkCDCError as exc:

@@ -3,12 +3,20 @@
 Settings here serve the changefeeds' streaming queries (pipeline/runner.py): the source paces the
 batches (a 0 s trigger polling every POLLING_DELAY) and Spark's own offset log is thrown away at
 every restart, so it is kept short and written with the plain FileSystem API.
+
+The driver JVM (in local mode also the executor) gets options that cut its fixed cost: its
+compilers' and collector's settings and, when one was made, a class-data-sharing archive
+(pipeline/class_archive.py). A user's own JVM options win flag by flag: those in
+spark.driver.extraJavaOptions (`sparkcdc server --spark-conf`) and in JAVA_TOOL_OPTIONS,
+_JAVA_OPTIONS or JDK_JAVA_OPTIONS.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import sys
+from typing import Mapping, Optional
 
 from sparkcdc.pipeline.source import BinlogDataSource
 
@@ -19,13 +27,57 @@ _PLAIN_CHECKPOINT_FILE_MANAGER = \
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
-def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
-    """A SparkSession whose Python workers run this interpreter (see components.md)."""
+# The capture's driver JVM spent ~21 of its ~45 CPU s on a 1M-change catch-up compiling with C2:
+# C1 only (TieredStopAtLevel=1) and the serial collector cut the run's CPU from 47-50 s to 33-35 s
+# and did not slow it (docs/benchmarks.md). The heap is spark.driver.memory's.
+DRIVER_JAVA_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+_ENVIRONMENT_JAVA_OPTIONS = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
+_GARBAGE_COLLECTORS = {"UseSerialGC", "UseParallelGC", "UseG1GC", "UseZGC", "UseShenandoahGC", "UseEpsilonGC"}
+
+
+def _setting(option: str) -> str:
+    """What a JVM option sets, so a user's option can replace ours: `-XX:+UseG1GC` and
+    `-XX:+UseSerialGC` both choose the collector (two would stop the JVM), `-Xmx2g` the heap."""
+    if option.startswith("-XX:"):
+        name = option[4:].lstrip("+-").split("=", 1)[0]
+        if name in _GARBAGE_COLLECTORS:
+            return "collector"
+        return "class archive" if name == "SharedArchiveFile" else name
+    if option.startswith("-Xshare"):
+        return "class archive"
+    for prefix in ("-Xmx", "-Xms", "-Xss"):
+        if option.startswith(prefix):
+            return prefix
+    return option.split("=", 1)[0]
+
+
+def driver_java_options(user_options: str = "", class_archive: Optional[str] = None,
+                        environ: Mapping[str, str] = os.environ) -> str:
+    """spark.driver.extraJavaOptions: ours (DRIVER_JAVA_OPTIONS, the class archive) except what the
+    user sets in `user_options` or the JVM's environment variables, then `user_options`."""
+    ours = list(DRIVER_JAVA_OPTIONS)
+    if class_archive:
+        ours.append(f"-XX:SharedArchiveFile={class_archive}")
+    theirs = shlex.split(user_options)
+    for variable in _ENVIRONMENT_JAVA_OPTIONS:
+        theirs += shlex.split(environ.get(variable, ""))
+    taken = {_setting(option) for option in theirs}
+    kept = [option for option in ours if _setting(option) not in taken]
+    return " ".join([shlex.quote(option) for option in kept] + ([user_options] if user_options else []))
+
+
+def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
+                       spark_conf: Optional[Mapping[str, str]] = None, class_archive: Optional[str] = None):
+    """A SparkSession whose Python workers run this interpreter (see components.md); `spark_conf`
+    (`sparkcdc server --spark-conf`) goes over our settings; `class_archive` is a class-data-sharing
+    archive for the driver JVM (class_archive.existing_archive())."""
+    spark_conf = dict(spark_conf or {})
+    java_options = driver_java_options(spark_conf.pop("spark.driver.extraJavaOptions", ""), class_archive)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -41,8 +93,12 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc"):
         # With the source pacing batches (a 0 s trigger), how often an idle query asks it again.
         .config("spark.sql.streaming.pollingDelay", POLLING_DELAY)
         .config("spark.sql.streaming.checkpointFileManagerClass", _PLAIN_CHECKPOINT_FILE_MANAGER)
-        .getOrCreate()
+        # Read by bin/spark-submit when it starts the driver JVM, so they must be set here.
+        .config("spark.driver.extraJavaOptions", java_options)
     )
+    for key, value in spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(BinlogDataSource)
     return spark

@@ -51,6 +51,7 @@ class CaptureOptions:
     trigger_interval: str = "1 second"
     pd: str = ""  # etcd endpoint: cluster mode; empty: single node on SQLite
     capture_session_ttl: int = 10
+    spark_conf: tuple[tuple[str, str], ...] = ()  # --spark-conf KEY=VALUE, over make_spark_session's own
 
 
 class Capture:
@@ -103,7 +104,16 @@ class Capture:
 
             self._spark = make_connect_session(self.options.spark_remote)
         else:
-            self._spark = make_spark_session(self.options.spark_master)
+            from sparkcdc.pipeline.class_archive import existing_archive
+
+            class_archive = existing_archive()
+            if class_archive is None:
+                log.info("no class archive for this JDK and Spark: `python -m sparkcdc.pipeline.class_archive` "
+                         "(scripts/setup.sh runs it) makes one and shortens Spark's start")
+            else:
+                log.info("Spark's JVM maps the class archive %s", class_archive)
+            self._spark = make_spark_session(self.options.spark_master, spark_conf=dict(self.options.spark_conf),
+                                             class_archive=class_archive)
         log.info("puller ready in %.1fs, Spark session in %.1fs", puller_ready - began, time.monotonic() - puller_ready)
         if self.cluster is not None and not self.options.spark_remote:
             self._warm_up_spark()  # runs to the end: a capture may take over at any time

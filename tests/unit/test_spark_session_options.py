@@ -1,0 +1,59 @@
+"""The Spark driver JVM's options: sparkcdc's defaults, replaced flag by flag by a user's own
+(`--spark-conf spark.driver.extraJavaOptions=...`, JAVA_TOOL_OPTIONS and the like), and the class
+archive's place, which changes with the JDK so that an upgrade never maps a stale archive."""
+
+import os
+import shlex
+
+import pytest
+
+from sparkcdc.pipeline import class_archive
+from sparkcdc.pipeline.spark_session import DRIVER_JAVA_OPTIONS, driver_java_options
+
+
+def test_without_user_options_the_driver_gets_ours_and_the_archive():
+    options = shlex.split(driver_java_options("", "/cache/a b.jsa", environ={}))
+    assert options == [*DRIVER_JAVA_OPTIONS, "-XX:SharedArchiveFile=/cache/a b.jsa"]
+
+
+@pytest.mark.parametrize("user, environ, dropped", [
+    ("-XX:+UseG1GC", {}, "-XX:+UseSerialGC"),  # two collectors would stop the JVM
+    ("", {"JAVA_TOOL_OPTIONS": "-XX:+UseParallelGC -Xmx2g"}, "-XX:+UseSerialGC"),
+    ("", {"_JAVA_OPTIONS": "-XX:TieredStopAtLevel=4"}, "-XX:TieredStopAtLevel=1"),
+    ("-Xshare:off", {}, "-XX:SharedArchiveFile=/c.jsa"),
+    ("", {"JDK_JAVA_OPTIONS": "-XX:SharedArchiveFile=/mine.jsa"}, "-XX:SharedArchiveFile=/c.jsa"),
+])
+def test_a_user_option_replaces_ours_for_the_same_setting(user, environ, dropped):
+    options = shlex.split(driver_java_options(user, "/c.jsa", environ=environ))
+    ours = [*DRIVER_JAVA_OPTIONS, "-XX:SharedArchiveFile=/c.jsa"]
+    assert dropped in ours and dropped not in options
+    assert [o for o in options if o in ours] == [o for o in ours if o != dropped]
+    assert options[len(ours) - 1:] == shlex.split(user)  # the user's come last, as given
+
+
+def test_unrelated_user_options_are_kept_beside_ours():
+    options = driver_java_options("-Dfoo=1 -XX:+HeapDumpOnOutOfMemoryError", None, environ={})
+    assert shlex.split(options) == [*DRIVER_JAVA_OPTIONS, "-Dfoo=1", "-XX:+HeapDumpOnOutOfMemoryError"]
+
+
+def test_the_archive_name_follows_the_jdk(tmp_path):
+    java_home = tmp_path / "jdk"
+    (java_home / "bin").mkdir(parents=True)
+    java = java_home / "bin" / "java"
+    java.write_text("#!/bin/sh\n")
+    environ = {"JAVA_HOME": str(java_home), "SPARKCDC_CACHE_DIR": str(tmp_path / "cache")}
+    first = class_archive.archive_path(environ)
+    assert first.startswith(str(tmp_path / "cache") + os.sep) and first.endswith(".jsa")
+    assert class_archive.archive_path(environ) == first
+    assert class_archive.existing_archive(environ) is None  # not made yet
+    java.write_text("#!/bin/sh\n# another build\n")  # a JDK update
+    assert class_archive.archive_path(environ) != first
+
+
+def test_no_java_no_archive(tmp_path):
+    assert class_archive.archive_path({"JAVA_HOME": str(tmp_path / "none")}) is None
+
+
+def test_the_cache_dir_defaults_to_xdg_then_home():
+    assert class_archive.cache_dir({"XDG_CACHE_HOME": "/x"}) == os.path.join("/x", "sparkcdc")
+    assert class_archive.cache_dir({"SPARKCDC_CACHE_DIR": "/y", "XDG_CACHE_HOME": "/x"}) == "/y"
