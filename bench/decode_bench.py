@@ -22,6 +22,7 @@ subtracts the framing CPU, so the ratio compares the decoders and not the shared
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -97,21 +98,44 @@ def single_row_workload(conn, changes: int, seed: int = 1) -> int:
     return changes
 
 
-def transactions_between(mariadb: MariaDBServer, start, end) -> int:
-    """GTID events in [start, end): the transactions an index would list for the range."""
+def transactions_between(mariadb: MariaDBServer, start, end) -> list[BinlogPosition]:
+    """Where each transaction (GTID event) in [start, end) begins: what an index would list."""
     from pymysqlreplication.event import GtidEvent, MariadbGtidEvent
 
     reader = BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": "root", "passwd": ""},
         server_id=990099, log_file=start[0], log_pos=start[1], resume_stream=True, blocking=False,
         only_events=[MariadbGtidEvent, GtidEvent], enable_logging=False)
-    count = 0
-    for _ in reader:
+    starts = []
+    for event in reader:
         if (reader.log_file, reader.log_pos) >= end:
             break
-        count += 1
+        starts.append(BinlogPosition(reader.log_file, event.packet.log_pos - event.packet.event_size))
     reader.close()
-    return count
+    return starts
+
+
+_SMALL_RANGE_SERVER_IDS = itertools.count(991000)
+
+
+def small_range_seconds(upstream: UpstreamConfig, starts: list[BinlogPosition], end, table: str, info,
+                        framer: str, reads: int = 20) -> tuple[float, float]:
+    """(wall, CPU) seconds per read of a one-transaction range: a range's fixed cost (connection,
+    dump, first TABLE_MAP) that a micro-batch of a few transactions pays."""
+    read = framed_range_batches if framer == "native" else replication_range_batches
+    wall = cpu = 0.0
+    for k in range(reads):
+        i = (k * 7919) % (len(starts) - 1)
+        # A server id of its own, as each planned range has: a dump under a lingering dump's id waits
+        # for the server to kill that one first.
+        rng = BinlogRange(upstream, next(_SMALL_RANGE_SERVER_IDS), starts[i], starts[i + 1], (1,),
+                          {f"sbtest.{table}": info.to_json()})
+        cpu0, began = time.process_time(), time.monotonic()
+        for _ in read(rng, native_module()):
+            pass
+        wall += time.monotonic() - began
+        cpu += time.process_time() - cpu0
+    return wall / reads, cpu / reads
 
 
 def range_pass(rng: BinlogRange, framer: str) -> tuple[int, float]:
@@ -257,9 +281,11 @@ def main() -> int:
             end = tuple(cur.fetchone()[:2])
         print(f"workload: {changes} row changes ({args.table}) in {time.monotonic() - t0:.1f}s")
         info = read_table_info(conn, "sbtest", table, 1, 0)
-        transactions = transactions_between(mariadb, start, end)
+        starts = transactions_between(mariadb, start, end)
+        transactions = len(starts)
         whole = BinlogRange(UpstreamConfig.from_uri(mariadb.uri), 990200, BinlogPosition(*start), BinlogPosition(*end),
                             tuple(range(1, transactions + 1)), {f"sbtest.{table}": info.to_json()})
+        small: dict[str, list[tuple[float, float]]] = {}
         range_modes = ["range: mysql-replication framing"] + (
             ["range: native framer"] if has_native_framer(native_module()) else [])
         print(f"load average before: {os.getloadavg()}")
@@ -277,8 +303,11 @@ def main() -> int:
                 counted[name] = rows
                 cpu[name].append(seconds)
             for mode in range_modes:
-                counted[mode], seconds = range_pass(whole, "native" if "native" in mode else "mysql-replication")
+                framer = "native" if "native" in mode else "mysql-replication"
+                counted[mode], seconds = range_pass(whole, framer)
                 cpu[mode].append(seconds)
+                small.setdefault(mode, []).append(
+                    small_range_seconds(whole.upstream, starts, end, table, info, framer))
             print(f"round {round_number + 1}: " + ", ".join(f"{m} {cpu[m][-1]:.2f}s" for m in cpu))
         print(f"load average after: {os.getloadavg()}")
         rows = counted["mysql-replication"]
@@ -304,6 +333,11 @@ def main() -> int:
         if len(range_modes) == 2:
             framed, replicated = (statistics.median(cpu[m]) for m in reversed(range_modes))
             print(f"native framer / mysql-replication framing: {replicated / framed:.1f}x")
+        print("a one-transaction range, read 20 times a round (connection, dump, first TABLE_MAP):")
+        for mode in range_modes:
+            wall = statistics.median(w for w, _ in small[mode])
+            cpu_each = statistics.median(c for _, c in small[mode])
+            print(f"{mode:<36}{wall * 1e3:>8.1f} ms wall{cpu_each * 1e3:>8.1f} ms CPU per range")
         base_rate = rates["mysql-replication"]
         print(f"\nnative / mysql-replication: {rates['native'][0] / base_rate[0]:.1f}x with framing, "
               f"{rates['native'][1] / base_rate[1]:.1f}x decode only, "
