@@ -37,6 +37,9 @@ class FakeIndex:
     def txns_between(self, lo, hi, limit=None):
         return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
+    def txn_sizes_between(self, lo, hi, limit):
+        return [(t.commit_ts, t.size, bool(t.pieces)) for t in self.txns_between(lo, hi, limit)]
+
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
 

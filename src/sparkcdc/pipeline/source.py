@@ -186,17 +186,18 @@ def plan_next_batch(
         return start, False
     piece_limit = min(max_batch_bytes, piece_batch_bytes or max_batch_bytes)
     size = 0
-    for txn in _paged_txns(index, start.checkpoint_ts, end):
-        first = start.piece if txn.commit_ts == start.ts else 0
-        if txn.piece_count > 1 and (split_transactions or first):  # a batch never re-reads pieces it had
+    for commit_ts, txn_size, split in _paged_sizes(index, start.checkpoint_ts, end):
+        first = start.piece if commit_ts == start.ts else 0
+        if split and (split_transactions or first):  # a batch never re-reads pieces it had
+            txn = index.txns_between(commit_ts - 1, commit_ts)[0]
             for piece in range(first, txn.piece_count):
                 if size and size + txn.piece_size(piece) > piece_limit:  # the piece starts the next batch
-                    return (BatchOffset(txn.commit_ts, piece) if piece else BatchOffset(txn.commit_ts - 1)), True
+                    return (BatchOffset(commit_ts, piece) if piece else BatchOffset(commit_ts - 1)), True
                 size += txn.piece_size(piece)
             continue
-        size += txn.size
+        size += txn_size
         if size > max_batch_bytes:
-            return BatchOffset(txn.commit_ts), txn.commit_ts < limit
+            return BatchOffset(commit_ts), commit_ts < limit
     return BatchOffset(end), end < limit
 
 
@@ -205,14 +206,14 @@ def plan_next_batch(
 _PLAN_PAGE = 1024
 
 
-def _paged_txns(index: "TxnIndex", lo_exclusive: int, hi_inclusive: int) -> Iterator["TxnRecord"]:
-    """index.txns_between(lo_exclusive, hi_inclusive), read a page at a time as the caller goes."""
+def _paged_sizes(index: "TxnIndex", lo_exclusive: int, hi_inclusive: int) -> Iterator[tuple[int, int, bool]]:
+    """index.txn_sizes_between(lo_exclusive, hi_inclusive), read a page at a time as the caller goes."""
     while True:
-        page = index.txns_between(lo_exclusive, hi_inclusive, limit=_PLAN_PAGE)
+        page = index.txn_sizes_between(lo_exclusive, hi_inclusive, _PLAN_PAGE)
         yield from page
         if len(page) < _PLAN_PAGE:
             return
-        lo_exclusive = page[-1].commit_ts
+        lo_exclusive = page[-1][0]
 
 
 class BatchPacer:

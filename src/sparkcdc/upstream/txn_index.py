@@ -176,6 +176,17 @@ class TxnIndex:
             ).fetchall()
         return [self._record(r) for r in rows]
 
+    def txn_sizes_between(self, lo_exclusive: int, hi_inclusive: int, limit: int) -> list[tuple[int, int, bool]]:
+        """(commit-ts, binlog bytes, whether it is cut into pieces) of the first `limit` transactions
+        with commit-ts in (lo_exclusive, hi_inclusive]: what sizing a batch needs, read without a
+        TxnRecord per transaction (a batch may hold tens of thousands of single-row ones)."""
+        with self._connect() as conn:
+            return conn.execute(
+                "SELECT commit_ts, size, pieces IS NOT NULL FROM txns WHERE commit_ts > ? AND commit_ts <= ?"
+                " ORDER BY commit_ts LIMIT ?",
+                (lo_exclusive, hi_inclusive, limit),
+            ).fetchall()
+
     def last_txn(self) -> Optional[TxnRecord]:
         with self._connect() as conn:
             row = conn.execute(f"SELECT {self._TXN_COLUMNS} FROM txns ORDER BY commit_ts DESC LIMIT 1").fetchone()
