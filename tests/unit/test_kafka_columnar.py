@@ -277,3 +277,28 @@ def test_any_batch_gives_the_same_messages_on_both_paths(tmp_path_factory, monke
     if large == "claim-check":
         toml += f'claim-check-storage-uri = "file://{tmp_path_factory.mktemp("claims")}"\n'
     write_both(batches, query, toml, partitions, split_updates, compression)
+
+
+class FullQueueProducer(FakeProducer):
+    """Refuses every other message once with BufferError, as librdkafka does with a full queue."""
+
+    def __init__(self):
+        super().__init__()
+        self.attempts = 0
+
+    def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None):
+        self.attempts += 1
+        if self.attempts % 2 == 0:
+            raise BufferError("Local: Queue full")
+        super().produce(topic, value, key, partition, on_delivery)
+
+
+def test_a_full_local_queue_delays_but_drops_no_message():
+    producer = FullQueueProducer()
+    sink = KafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
+                     producer=producer, admin=FakeAdmin(1))
+    write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
+                ddl_policy=DDLPolicy(force_replicate=True))
+    expected, _ = write_both([batch(0, ts(3), CHANGES)], partitions=1)
+    assert per_partition(producer.sent, "none") == expected
+    assert sink.sent_messages == len(CHANGES)
