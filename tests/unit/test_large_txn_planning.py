@@ -16,7 +16,7 @@ from sparkcdc.pipeline.source import (
     plan_partitions,
 )
 from sparkcdc.sink.factory import splits_large_transactions
-from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, TxnRecord
+from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, TxnRecord, TxnSize
 
 FILE = "mysql-bin.000001"
 
@@ -37,8 +37,8 @@ class FakeIndex:
     def txns_between(self, lo, hi, limit=None):
         return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
-    def txn_sizes_between(self, lo, hi, limit):
-        return [(t.commit_ts, t.size, bool(t.pieces)) for t in self.txns_between(lo, hi, limit)]
+    def txn_sizes_between(self, lo, hi, limit=None):
+        return [TxnSize(t.commit_ts, t.size, bool(t.pieces), t.is_ddl) for t in self.txns_between(lo, hi, limit)]
 
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)

@@ -12,7 +12,7 @@ from sparkcdc.pipeline import source
 from sparkcdc.pipeline.source import (
     IDLE_BATCH_SECONDS, RANGE_MARKER, BatchOffset, BatchPacer, SourceOptions, plan_next_batch, split_ranges,
 )
-from sparkcdc.upstream.txn_index import TxnRecord
+from sparkcdc.upstream.txn_index import TxnRecord, TxnSize
 
 
 def txn(ts: int, size: int = 100, ddl: bool = False, pos: int | None = None) -> TxnRecord:
@@ -31,8 +31,8 @@ class FakeIndex:
     def txns_between(self, lo, hi, limit=None):
         return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
-    def txn_sizes_between(self, lo, hi, limit):
-        return [(t.commit_ts, t.size, bool(t.pieces)) for t in self.txns_between(lo, hi, limit)]
+    def txn_sizes_between(self, lo, hi, limit=None):
+        return [TxnSize(t.commit_ts, t.size, bool(t.pieces), t.is_ddl) for t in self.txns_between(lo, hi, limit)]
 
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
@@ -239,7 +239,7 @@ def test_planning_reads_the_index_a_page_at_a_time(monkeypatch):
     class CountingIndex(FakeIndex):
         read = 0
 
-        def txn_sizes_between(self, lo, hi, limit):
+        def txn_sizes_between(self, lo, hi, limit=None):
             page = super().txn_sizes_between(lo, hi, limit)
             self.read += len(page)
             return page

@@ -44,7 +44,7 @@ from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, BinlogRange, int64_arr
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
     from sparkcdc.model.position import BinlogPosition
-    from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord
+    from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord, TxnSize
 
 SOURCE_NAME = "sparkcdc_binlog"
 # The binlog bytes one micro-batch may span. A batch is all-or-nothing: its checkpoint moves only
@@ -186,10 +186,10 @@ def plan_next_batch(
         return start, False
     piece_limit = min(max_batch_bytes, piece_batch_bytes or max_batch_bytes)
     size = 0
-    for commit_ts, txn_size, split in _paged_sizes(index, start.checkpoint_ts, end):
+    for commit_ts, txn_size, split, _ in _paged_sizes(index, start.checkpoint_ts, end):
         first = start.piece if commit_ts == start.ts else 0
         if split and (split_transactions or first):  # a batch never re-reads pieces it had
-            txn = index.txns_between(commit_ts - 1, commit_ts)[0]
+            txn = _record(index, commit_ts)
             for piece in range(first, txn.piece_count):
                 if size and size + txn.piece_size(piece) > piece_limit:  # the piece starts the next batch
                     return (BatchOffset(commit_ts, piece) if piece else BatchOffset(commit_ts - 1)), True
@@ -206,14 +206,14 @@ def plan_next_batch(
 _PLAN_PAGE = 1024
 
 
-def _paged_sizes(index: "TxnIndex", lo_exclusive: int, hi_inclusive: int) -> Iterator[tuple[int, int, bool]]:
+def _paged_sizes(index: "TxnIndex", lo_exclusive: int, hi_inclusive: int) -> Iterator["TxnSize"]:
     """index.txn_sizes_between(lo_exclusive, hi_inclusive), read a page at a time as the caller goes."""
     while True:
         page = index.txn_sizes_between(lo_exclusive, hi_inclusive, _PLAN_PAGE)
         yield from page
         if len(page) < _PLAN_PAGE:
             return
-        lo_exclusive = page[-1][0]
+        lo_exclusive = page[-1].commit_ts
 
 
 class BatchPacer:
@@ -291,12 +291,12 @@ def replicated_tables(
     return chosen, ineligible
 
 
-def split_ranges(txns: Sequence["TxnRecord"], parts: int) -> list[list["TxnRecord"]]:
+def split_ranges(txns: Sequence["TxnSize | TxnRecord"], parts: int) -> list[list["TxnSize | TxnRecord"]]:
     """Cut the batch's DML transactions into contiguous runs of about equal binlog size.
 
     DDL transactions carry no rows, so they end a run; a run never spans one.
     """
-    runs: list[list[TxnRecord]] = [[]]
+    runs: list[list] = [[]]
     for txn in txns:
         if txn.is_ddl:
             if runs[-1]:
@@ -306,9 +306,9 @@ def split_ranges(txns: Sequence["TxnRecord"], parts: int) -> list[list["TxnRecor
     runs = [r for r in runs if r]
     total = sum(t.size for r in runs for t in r)
     target = max(1, total // max(1, parts))
-    pieces: list[list[TxnRecord]] = []
+    pieces: list[list] = []
     for run in runs:
-        current: list[TxnRecord] = []
+        current: list = []
         size = 0
         for txn in run:
             current.append(txn)
@@ -337,21 +337,31 @@ def batch_spans(
     index: "TxnIndex", start: BatchOffset, end: BatchOffset, parts: int
 ) -> list[_Span]:
     """The binlog stretches of the batch (start, end]: whole transactions cut into runs of about
-    equal size (split_ranges), and each piece of a split transaction on its own."""
-    whole: list[TxnRecord] = []
+    equal size (split_ranges), and each piece of a split transaction on its own. Only the
+    transactions at the runs' ends and the split ones are read whole (TxnRecord)."""
+    whole: list[TxnSize] = []
     spans: list[_Span] = []
-    for txn in index.txns_between(start.checkpoint_ts, end.ts):
-        first = start.piece if txn.commit_ts == start.ts else 0
+    for size in index.txn_sizes_between(start.checkpoint_ts, end.ts):
+        first = start.piece if size.commit_ts == start.ts else 0
+        if not size.split or (first == 0 and not (size.commit_ts == end.ts and end.piece)):
+            whole.append(size)
+            continue
+        txn = _record(index, size.commit_ts)
         last = end.piece if txn.commit_ts == end.ts and end.piece else txn.piece_count
         if first == 0 and last == txn.piece_count:
-            whole.append(txn)
+            whole.append(size)
             continue
         for piece in range(first, last):
             piece_start, piece_end, maps = txn.piece_range(piece)
             spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps))
     for run in split_ranges(whole, parts):
-        spans.append(_Span(run[0].start, run[-1].end, tuple(t.commit_ts for t in run), sum(t.size for t in run)))
+        spans.append(_Span(_record(index, run[0].commit_ts).start, _record(index, run[-1].commit_ts).end,
+                           tuple(t.commit_ts for t in run), sum(t.size for t in run)))
     return sorted(spans, key=lambda span: (span.commit_ts[0], span.piece))
+
+
+def _record(index: "TxnIndex", commit_ts: int) -> "TxnRecord":
+    return index.txns_between(commit_ts - 1, commit_ts)[0]
 
 
 def plan_partitions(

@@ -13,7 +13,7 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 from sparkcdc.errors import ErrStartTsInvalid
 from sparkcdc.model import tso
@@ -98,6 +98,20 @@ class TxnRecord:
         return end.pos - start.pos
 
 
+class TxnSize(NamedTuple):
+    """A transaction as batch planning sees it (TxnIndex.txn_sizes_between)."""
+
+    commit_ts: int
+    size: int  # bytes of binlog
+    split: bool  # cut into pieces: its TxnRecord says where
+    is_ddl: bool
+
+
+def _txn_size(row: tuple) -> TxnSize:
+    commit_ts, size, split, is_ddl = row
+    return TxnSize(commit_ts, size, bool(split), bool(is_ddl))
+
+
 @dataclass(frozen=True)
 class TableVersion:
     """A table's definition from `version` on; `info=None` marks it dropped."""
@@ -176,16 +190,17 @@ class TxnIndex:
             ).fetchall()
         return [self._record(r) for r in rows]
 
-    def txn_sizes_between(self, lo_exclusive: int, hi_inclusive: int, limit: int) -> list[tuple[int, int, bool]]:
-        """(commit-ts, binlog bytes, whether it is cut into pieces) of the first `limit` transactions
-        with commit-ts in (lo_exclusive, hi_inclusive]: what sizing a batch needs, read without a
-        TxnRecord per transaction (a batch may hold tens of thousands of single-row ones)."""
+    def txn_sizes_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnSize]:
+        """The sizes of the transactions with commit-ts in (lo_exclusive, hi_inclusive], the first
+        `limit` of them: what planning a batch needs, read without a TxnRecord per transaction (a
+        batch may hold tens of thousands of single-row ones)."""
         with self._connect() as conn:
-            return conn.execute(
-                "SELECT commit_ts, size, pieces IS NOT NULL FROM txns WHERE commit_ts > ? AND commit_ts <= ?"
+            rows = conn.execute(
+                "SELECT commit_ts, size, pieces IS NOT NULL, is_ddl FROM txns WHERE commit_ts > ? AND commit_ts <= ?"
                 " ORDER BY commit_ts LIMIT ?",
-                (lo_exclusive, hi_inclusive, limit),
+                (lo_exclusive, hi_inclusive, -1 if limit is None else limit),
             ).fetchall()
+        return list(map(_txn_size, rows))
 
     def last_txn(self) -> Optional[TxnRecord]:
         with self._connect() as conn:
