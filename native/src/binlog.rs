@@ -451,7 +451,10 @@ impl RangeState {
             Resolution::Native(layout) => Some(layout.clone_ref(py)),
         };
         if self.txn < 0 {
-            return Err(malformed(format!("a ROWS event at {}:{} comes before its transaction's GTID", self.file, self.pos)));
+            return Err(malformed(format!(
+                "a ROWS event at {}:{} comes before its transaction's GTID",
+                self.file, self.pos
+            )));
         }
         if self.txn != self.seq_txn {
             self.seq_txn = self.txn;
@@ -521,7 +524,9 @@ fn borrowed_stream(fd: i32, timeout: Option<Duration>) -> PyResult<ManuallyDrop<
 #[pymethods]
 impl BinlogRangeReader {
     #[new]
-    #[pyo3(signature = (fd, checksum, read_timeout, start_file, start_pos, end_file_number, end_pos, commit_ts, first_txn, first_seq))]
+    #[pyo3(signature = (
+        fd, checksum, read_timeout, start_file, start_pos, end_file_number, end_pos, commit_ts, first_txn, first_seq
+    ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         fd: i32,
@@ -583,7 +588,8 @@ impl BinlogRangeReader {
         if let Some(pending) = state.pending.take() {
             match pending.status {
                 TABLE_MAP => {
-                    if let Some(status) = state.rows_event(py, &pending.packet, pending.event_type, pending.packet.len() - if state.checksum { CHECKSUM } else { 0 })? {
+                    let body_end = pending.packet.len() - if state.checksum { CHECKSUM } else { 0 };
+                    if let Some(status) = state.rows_event(py, &pending.packet, pending.event_type, body_end)? {
                         return Ok(status);
                     }
                     state.event_open = true;

@@ -246,3 +246,19 @@ def test_native_and_pure_decoders_agree(table, inserted, replacements):
     _assert_same_batches(with_native, with_pure, "read_range_batches native vs pure")
     _assert_same_batches(with_native.combine_chunks(), pa.Table.from_batches([reference_batch]).combine_chunks(),
                          "read_range_batches vs the events decoded one by one")
+
+
+def test_doubles_whose_shortest_digits_tie_read_as_python_repr(table):
+    # 70368744177664.625 is exactly between 70368744177664.62 and .63, which both read back as it:
+    # Python's repr takes the even digit (the reference), Rust's Display the upper one.
+    mariadb, conn, info = table
+    values = [70368744177664.625, -70368744177664.625, 70368744177664.875, 0.1 + 0.2, 1e300, 5e-324, 123.5]
+    start = _binlog_end(conn)
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO native_diff.t (db) VALUES (%s)", [(v,) for v in values])
+        cur.execute("DELETE FROM native_diff.t")
+    native_changes, pure_changes, _ = _decode_both(mariadb, info, start, _binlog_end(conn))
+    column = 1 + NAMES.index("db")
+    inserted = [c.after[column] for c in native_changes if c.op == "insert"]
+    assert inserted == [c.after[column] for c in pure_changes if c.op == "insert"]
+    assert inserted[:3] == ["70368744177664.62", "-70368744177664.62", "70368744177664.88"]

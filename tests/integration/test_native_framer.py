@@ -104,7 +104,8 @@ def workload(server):
         marks.append(binlog_end(conn))
 
     for row in ROWS:
-        txn(f"INSERT INTO alltypes ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})", args=[row[n] for n in COLUMN_NAMES])
+        txn(f"INSERT INTO alltypes ({', '.join(COLUMN_NAMES)}) VALUES ({placeholders})",
+            args=[row[n] for n in COLUMN_NAMES])
     txn("INSERT INTO kv VALUES (1, 'a'), (2, 'b'), (3, NULL)", "INSERT INTO other VALUES (1)",
         "UPDATE alltypes SET vc = 'changed', d2 = 1.5 WHERE i = 7")
     txn("UPDATE kv SET v = CONCAT(IFNULL(v, ''), '!')", "DELETE FROM other", "INSERT INTO latin VALUES (1, 'é')")
@@ -113,7 +114,8 @@ def workload(server):
     txn("DELETE FROM alltypes WHERE i = 7", "INSERT INTO kv VALUES (9, 'nine')")
     txn("INSERT INTO big VALUES (1, REPEAT('x', %s))" % BIG, "INSERT INTO kv VALUES (10, 'ten')")
     txn("UPDATE big SET b = CONCAT('y', b)", "INSERT INTO kv VALUES (11, 'eleven')")
-    tables = {f"fr.{name}": read_table_info(conn, "fr", name, 1, 0).to_json() for name in ("alltypes", "kv", "big", "latin")}
+    tables = {f"fr.{name}": read_table_info(conn, "fr", name, 1, 0).to_json()
+              for name in ("alltypes", "kv", "big", "latin")}
     conn.close()
     assert marks[5].file != marks[6].file, "the rotation is inside the workload"
     commit_ts = [1000 + i for i in range(len(marks) - 1)]
@@ -124,8 +126,8 @@ def test_ranges_read_the_same_with_either_framer(workload, monkeypatch):
     upstream, marks, commit_ts, tables = workload
     # Table `latin` goes the pure decoding path (as a column shape compile_layout rejects would).
     compile_layout = range_reader.compile_layout
-    monkeypatch.setattr(range_reader, "compile_layout",
-                        lambda module, info, columns: None if info.table == "latin" else compile_layout(module, info, columns))
+    monkeypatch.setattr(range_reader, "compile_layout", lambda module, info, columns: (
+        None if info.table == "latin" else compile_layout(module, info, columns)))
     n = len(commit_ts)
     spans = [(0, n), (0, 3), (3, 6), (4, 7), (5, 6), (5, n), (n - 2, n - 1), (n - 1, n)]  # (4, 7) crosses the rotation
     rows = 0

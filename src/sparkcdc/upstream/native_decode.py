@@ -79,7 +79,8 @@ def decoder_description() -> str:
 def _row_decoder() -> str:
     module = native_module()
     if module is not None:
-        framer = "native" if hasattr(module, "BinlogRangeReader") else "mysql-replication (sparkcdc_native predates the native framer)"
+        framer = ("native" if hasattr(module, "BinlogRangeReader")
+                  else "mysql-replication (sparkcdc_native predates the native framer; rerun scripts/setup.sh)")
         return f"row decoder: native (sparkcdc_native {module.__version__}), binlog framer: {framer}"
     if os.environ.get(FORCE_PURE_ENV):
         return f"row decoder: pure Python (forced by {FORCE_PURE_ENV}), binlog framer: mysql-replication"

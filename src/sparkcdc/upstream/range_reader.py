@@ -328,7 +328,8 @@ class _ReplicationDump:
         self.connection = pymysql.connect(**upstream.connection_settings())
         try:
             with self.connection.cursor() as cursor:
-                cursor.execute("SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_checksum', 'binlog_row_metadata')")
+                cursor.execute(
+                    "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_checksum', 'binlog_row_metadata')")
                 variables = {str(name).lower(): str(value).upper() for name, value in cursor.fetchall()}
                 self.checksum = variables.get("binlog_checksum", "NONE") != "NONE"
                 self.full_row_metadata = variables.get("binlog_row_metadata") == "FULL"
