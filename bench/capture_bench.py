@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
+from sparkcdc.testing.ha import WARM_UP_DONE, WARM_UP_FAILED  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
@@ -163,19 +164,40 @@ def anchor_schema_history(server: ServerProcess, start_ts: int, sink_dir: str) -
     return start_ts + 1
 
 
-def start_server(directory: str, upstream_uri: str, decoder: str) -> ServerProcess:
+def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = False) -> ServerProcess:
+    """A server on `directory`; with `warm`, returned once its Spark warm-up (server/warmup.py) has
+    ended, so a changefeed created next runs on a warm session as on a long-running server."""
     saved = os.environ.get("SPARKCDC_PURE_PYTHON_DECODER")
     if decoder == "pure":
         os.environ["SPARKCDC_PURE_PYTHON_DECODER"] = "1"
     else:
         os.environ.pop("SPARKCDC_PURE_PYTHON_DECODER", None)
     try:
-        return ServerProcess(directory, upstream_uri).start()
+        log_path = os.path.join(directory, "server.log")
+        log_offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        server = ServerProcess(directory, upstream_uri, log_path=log_path).start()
+        if warm:
+            _wait_warm_up(log_path, log_offset)
+        return server
     finally:
         if saved is None:
             os.environ.pop("SPARKCDC_PURE_PYTHON_DECODER", None)
         else:
             os.environ["SPARKCDC_PURE_PYTHON_DECODER"] = saved
+
+
+def _wait_warm_up(log_path: str, log_offset: int, timeout: float = 300.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with open(log_path, "rb") as log:
+            log.seek(log_offset)
+            text = log.read()
+        if WARM_UP_DONE in text:
+            return
+        if WARM_UP_FAILED in text:
+            raise SystemExit(f"the server's Spark warm-up failed; see {log_path}")
+        time.sleep(0.5)
+    raise SystemExit(f"the server's Spark warm-up did not end within {timeout:.0f}s; see {log_path}")
 
 
 def main() -> int:
