@@ -1,7 +1,7 @@
 """The Kafka sink's columnar path (Arrow rows through canal-json's encode_arrow, `write_arrow`)
 sends exactly the messages the RowChange path (`write_rows`) sends: same topic, partition, key
-and value, in the same order within each partition, whatever the dispatcher, large-message
-handling and compression; dispatch by row values (index-value, columns) falls back to RowChanges."""
+and value, in the same order within each partition, whatever the dispatcher (table, ts, or by
+row values: index-value, columns), large-message handling and compression."""
 
 from __future__ import annotations
 
@@ -204,11 +204,11 @@ def test_ts_dispatch_spreads_transactions_over_partitions():
     assert sink.arrow_rows == len(CHANGES) and len(sent) > 1
 
 
-def test_dispatch_by_row_values_takes_the_row_change_path():
+def test_dispatch_by_row_values_goes_columnar_too():
     for toml in ('[[sink.dispatchers]]\nmatcher = ["db.*"]\npartition = "index-value"\n',
-                 '[[sink.dispatchers]]\nmatcher = ["db.pk"]\npartition = "columns"\ncolumns = ["code"]\n'):
-        sent, _ = write_both([batch(0, ts(3), CHANGES)], config_toml=toml)
-        assert row_messages(sent) == len(CHANGES)
+                 '[[sink.dispatchers]]\nmatcher = ["db.pk"]\npartition = "columns"\ncolumns = ["code", "E"]\n'):
+        sent, sink = write_both([batch(0, ts(3), CHANGES)], config_toml=toml, partitions=4)
+        assert row_messages(sent) == sink.arrow_rows == len(CHANGES) and len(sent) > 1
 
 
 def test_a_row_over_max_message_bytes_is_handled_as_the_row_change_path_does(tmp_path):

@@ -84,18 +84,9 @@ class PartitionDispatcher:
         if self.kind == "ts":
             return row.commit_ts % partitions
         hasher = _table_hash(table)
-        if self.kind == "index-value":
-            for i, column in self._index_positions(table):
-                hasher.write(column.name.encode(), column_value_string(column, _image(row)[i]).encode())
-        elif self.kind == "columns":
-            positions = {c.name.lower(): i for i, c in enumerate(table.columns)}
-            image = _image(row)
-            for name in self.columns:
-                i = positions.get(name.lower())
-                if i is None:
-                    raise ErrInvalidReplicaConfig(
-                        f"dispatcher column {name!r} is not a column of {table.schema}.{table.table}")
-                hasher.write(name.encode(), column_value_string(table.columns[i], image[i]).encode())
+        if self.kind in ("index-value", "columns"):
+            for i, column, name in self._hashed_columns(table):
+                hasher.write(name, column_value_string(column, _image(row)[i]).encode())
         return hasher.value % partitions
 
     def transaction_partition(self, table: TableInfo, commit_ts: int, partitions: int) -> Optional[int]:
@@ -106,6 +97,41 @@ class PartitionDispatcher:
         if self.kind == "ts":
             return commit_ts % partitions
         return _table_hash(table).value % partitions
+
+    def hashed_positions(self, table: TableInfo) -> list[int]:
+        """The positions of the columns whose values `partition` hashes (index-value, columns)."""
+        return [i for i, _, _ in self._hashed_columns(table)]
+
+    def value_partitions(self, table: TableInfo, values: Sequence[Sequence[Value]], rows: int,
+                         partitions: int) -> list[int]:
+        """`partition` of index-value or columns dispatch for `rows` rows given by the values of
+        their `hashed_positions` columns (one sequence per column, from each row's after image, or
+        the before image of a delete), without a RowChange per row."""
+        hashed = self._hashed_columns(table)
+        base = _table_hash(table).value
+        if not hashed:
+            return [base % partitions] * rows
+        result = []
+        for row in zip(*values):
+            value = base
+            for (_, column, name), item in zip(hashed, row):
+                value ^= zlib.crc32(name + column_value_string(column, item).encode()) & 0xFFFFFFFF
+            result.append(value % partitions)
+        return result
+
+    def _hashed_columns(self, table: TableInfo) -> list[tuple[int, ColumnInfo, bytes]]:
+        """(position, column, name as hashed) of each column index-value or columns dispatch hashes."""
+        if self.kind == "index-value":
+            return [(i, column, column.name.encode()) for i, column in self._index_positions(table)]
+        positions = {c.name.lower(): i for i, c in enumerate(table.columns)}
+        hashed = []
+        for name in self.columns:
+            i = positions.get(name.lower())
+            if i is None:
+                raise ErrInvalidReplicaConfig(
+                    f"dispatcher column {name!r} is not a column of {table.schema}.{table.table}")
+            hashed.append((i, table.columns[i], name.encode()))
+        return hashed
 
     def _index_positions(self, table: TableInfo) -> list[tuple[int, ColumnInfo]]:
         if self.index and self.index.upper() != "PRIMARY":

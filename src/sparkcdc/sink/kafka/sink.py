@@ -4,7 +4,8 @@
   partitions by the dispatcher rules; each partition's rows keep their order and are encoded
   (batched for the open protocol) and produced.
 - `write_arrow` (canal-json): the same messages from rows given as Arrow columns, encoded
-  natively without a Python object per row (pipeline.batch_sink's columnar path).
+  natively without a RowChange per row (pipeline.batch_sink's columnar path); index-value and
+  columns dispatch read only the hashed columns' values.
 - `write_ddl`: after the data before it is delivered; canal-json sends DDL to partition 0,
   other protocols to every partition of the table's topic, then waits for delivery.
 - `flush`: waits until every message is acknowledged (acks per required-acks, idempotent
@@ -189,21 +190,25 @@ class KafkaSink:
                     before: "pa.ListArray", after: "pa.ListArray") -> None:
         """write_rows for rows as Arrow columns (one table version's whole transactions in
         (commit_ts, seq) order, already netted and split): the same messages to the same
-        partitions, in the same order within each partition. Dispatch by row values (index-value, columns) takes write_rows."""
+        partitions, in the same order within each partition."""
         if not len(commit_ts):
             return
         topic = self._router.topic(table.schema, table.table)
         partitions = self._partition_count(topic)
         dispatcher = self._router.dispatcher_for(table.schema, table.table)
-        if dispatcher.transaction_partition(table, 0, partitions) is None:
-            from sparkcdc.sink.codec.arrow_input import arrow_rows, arrow_transactions
-
-            rows = arrow_rows(table, commit_ts, ops, before, after)
-            self.write_rows(table, [row for _, changes in arrow_transactions(table, rows) for row in changes])
-            return
+        row_partitions = None
+        if dispatcher.transaction_partition(table, 0, partitions) is None:  # by row values, as write_rows first
+            keys = _image_values(before, after, dispatcher.hashed_positions(table))
+            row_partitions = dispatcher.value_partitions(table, keys, len(commit_ts), partitions)
+        transactions = self._encoder.encode_arrow(table, commit_ts, ops, before, after)
         groups: dict[int, list[bytes]] = {}
-        for ts, values in self._encoder.encode_arrow(table, commit_ts, ops, before, after):
-            groups.setdefault(dispatcher.transaction_partition(table, ts, partitions), []).extend(values)
+        if row_partitions is None:
+            for ts, values in transactions:
+                groups.setdefault(dispatcher.transaction_partition(table, ts, partitions), []).extend(values)
+        else:
+            messages = (value for _, values in transactions for value in values)
+            for partition, value in zip(row_partitions, messages, strict=True):
+                groups.setdefault(partition, []).append(value)
         for partition, values in groups.items():
             self._send_values(topic, partition, values)
 
@@ -287,6 +292,15 @@ class KafkaSink:
         finally:
             self._producer = None
             self._admin = None
+
+
+def _image_values(before: "pa.ListArray", after: "pa.ListArray", positions: list[int]) -> list[list]:
+    """Per position, each row's value there in its after image, or its before image for a delete."""
+    import pyarrow.compute as pc
+
+    deleted = pc.is_null(after)
+    return [pc.if_else(deleted, pc.list_element(before, position), pc.list_element(after, position)).to_pylist()
+            for position in positions]
 
 
 class _Stall:
