@@ -100,9 +100,6 @@ class FakeProducer:
     def __len__(self):
         return 0
 
-    def __bool__(self):  # a producer with nothing waiting is still given
-        return True
-
     def purge(self, **kwargs):
         pass
 

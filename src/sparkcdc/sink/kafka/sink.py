@@ -48,8 +48,8 @@ class KafkaSink:
         self._router = EventRouter(self.config.topic, self._rules, config.case_sensitive)
         self._encoder = make_message_encoder(self.config.protocol, self.config.sink, clock,
                                              self.config.schema_registry, self.config.max_message_bytes)
-        self._producer = producer or Producer(self.config.producer_conf())
-        self._admin = admin or AdminClient(self.config.admin_conf())
+        self._producer = producer if producer is not None else Producer(self.config.producer_conf())
+        self._admin = admin if admin is not None else AdminClient(self.config.admin_conf())
         self._partitions: dict[str, int] = {}
         self._errors: list[str] = []
         self._lock = threading.Lock()
