@@ -385,7 +385,9 @@ class _ReplicationDump:
 
 def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """`read_range_batches` with the native framer (`has_native_framer(native)`): the same
-    batches, checks and errors as `replication_range_batches`."""
+    batches, checks and errors as `replication_range_batches`, except that a range past the
+    binlog's end fails at once (the dump is non-blocking) and a silent upstream fails after
+    READ_TIMEOUT_SECONDS (OSError/TimeoutError), where mysql-replication would wait."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
     infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
