@@ -193,17 +193,21 @@ fn bit_set(bitmap: &[u8], index: usize) -> bool {
     bitmap[index / 8] & (1 << (index % 8)) != 0
 }
 
-/// `value` as Python's `repr` writes it (positional). Both give the shortest digits that read
-/// back as `value`, but when two such candidates are equally near it (an exact tie, e.g.
-/// 70368744177664.625 at 2 decimals) Rust's Display takes the upper one and Python the even one;
-/// correctly rounded formatting at the same number of decimals breaks the tie to even.
-fn push_double(out: &mut String, value: f64) {
+/// `value` as the reference writes it (Python's `repr` for DOUBLE, numpy's unique positional
+/// form for FLOAT). All give the shortest digits that read back as `value`, but when two such
+/// candidates are equally near it (an exact tie, e.g. 70368744177664.625 at 2 decimals) Rust's
+/// Display takes the upper one and the reference the even one; correctly rounded formatting at
+/// the same number of decimals breaks the tie to even.
+fn push_shortest<F>(out: &mut String, value: F)
+where
+    F: std::fmt::Display + std::str::FromStr + PartialEq + Copy,
+{
     let start = out.len();
     let _ = write!(out, "{value}");
     if let Some(dot) = out[start..].find('.') {
         let decimals = out.len() - start - dot - 1;
         let even = format!("{value:.decimals$}");
-        if even != out[start..] && even.parse::<f64>() == Ok(value) {
+        if even != out[start..] && even.parse::<F>().ok() == Some(value) {
             out.truncate(start);
             out.push_str(&even);
         }
@@ -331,11 +335,11 @@ impl RowLayout {
             }
             Kind::Float => {
                 let value = f32::from_le_bytes(cur.take(4)?.try_into().unwrap());
-                let _ = write!(out, "{value}");
+                push_shortest(out, value);
             }
             Kind::Double => {
                 let value = f64::from_le_bytes(cur.take(8)?.try_into().unwrap());
-                push_double(out, value);
+                push_shortest(out, value);
             }
             Kind::Decimal { precision, scale } => push_decimal(cur, out, *precision, *scale)?,
             Kind::Bit { bytes, bits } => {

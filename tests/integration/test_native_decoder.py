@@ -248,17 +248,20 @@ def test_native_and_pure_decoders_agree(table, inserted, replacements):
                          "read_range_batches vs the events decoded one by one")
 
 
-def test_doubles_whose_shortest_digits_tie_read_as_python_repr(table):
+def test_floats_whose_shortest_digits_tie_read_as_the_reference(table):
     # 70368744177664.625 is exactly between 70368744177664.62 and .63, which both read back as it:
-    # Python's repr takes the even digit (the reference), Rust's Display the upper one.
+    # Python's repr (DOUBLE) and numpy (FLOAT) take the even digit, Rust's Display the upper one.
     mariadb, conn, info = table
-    values = [70368744177664.625, -70368744177664.625, 70368744177664.875, 0.1 + 0.2, 1e300, 5e-324, 123.5]
+    doubles = [70368744177664.625, -70368744177664.625, 70368744177664.875, 0.1 + 0.2, 1e300, 5e-324, 123.5]
+    floats = [414136.625, -23629.5625, 2463049.25, 0.1, 3.4e38, 1e-45, 123.5]
     start = _binlog_end(conn)
     with conn.cursor() as cur:
-        cur.executemany("INSERT INTO native_diff.t (db) VALUES (%s)", [(v,) for v in values])
+        cur.executemany("INSERT INTO native_diff.t (db, f) VALUES (%s, %s)", list(zip(doubles, floats)))
         cur.execute("DELETE FROM native_diff.t")
     native_changes, pure_changes, _ = _decode_both(mariadb, info, start, _binlog_end(conn))
-    column = 1 + NAMES.index("db")
-    inserted = [c.after[column] for c in native_changes if c.op == "insert"]
-    assert inserted == [c.after[column] for c in pure_changes if c.op == "insert"]
-    assert inserted[:3] == ["70368744177664.62", "-70368744177664.62", "70368744177664.88"]
+    for name, ties in (("db", ["70368744177664.62", "-70368744177664.62", "70368744177664.88"]),
+                       ("f", ["414136.62", "-23629.562", "2463049.2"])):
+        column = 1 + NAMES.index(name)
+        inserted = [c.after[column] for c in native_changes if c.op == "insert"]
+        assert inserted == [c.after[column] for c in pure_changes if c.op == "insert"], name
+        assert inserted[:3] == ties, name
