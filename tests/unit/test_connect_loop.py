@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import threading
 
+import pyarrow as pa
 import pytest
 
 from sparkcdc.cli.server_cmd import _spark_mode
@@ -28,6 +29,7 @@ from sparkcdc.pipeline.source import (
     _MarkerPartition,
     _RangePartition,
     plan_partitions,
+    unpack_changes,
 )
 
 from test_pipeline_planning import FakeIndex, txn
@@ -68,7 +70,7 @@ def test_a_refused_url_does_not_echo_its_token():
 
 
 def args(master=None, remote=None) -> argparse.Namespace:
-    return argparse.Namespace(spark_master=master, spark_remote=remote)
+    return argparse.Namespace(spark_master=master, spark_remote=remote, spark_conf=[])
 
 
 def test_spark_master_and_spark_remote_exclude_each_other():
@@ -113,7 +115,8 @@ def test_a_plan_travels_as_an_option_and_reads_its_marker_on_the_server_side():
     assert "s3cret-pw" not in text  # the upstream password is inside the pickle, not in clear text
     reader = PlannedBinlogReader(BatchPlan.decode(text))
     assert reader.partitions() == list(plan.partitions)
-    [marker] = list(reader.read(reader.partitions()[0]))
+    [packed] = list(reader.read(reader.partitions()[0]))
+    marker = unpack_changes(pa.Table.from_batches([packed]))
     assert marker.to_pylist() == [{"commit_ts": 20, "seq": 5, "schema_name": "", "table_name": "",
                                    "op": RANGE_MARKER, "before": None, "after": None}]
 
