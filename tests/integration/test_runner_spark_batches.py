@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from sparkcdc.pipeline.runner import marker_only_table, sole_planned_partition
 from sparkcdc.pipeline.spark_session import make_spark_session
-from sparkcdc.pipeline.source import ROW_SCHEMA, _MarkerPartition, marker_batch
+from sparkcdc.pipeline.source import SPARK_SCHEMA, _MarkerPartition, marker_batch, pack_batch, unpack_changes
 
 # Spark's Python processes unpickle the test source by value: this module is not importable there.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -35,7 +35,7 @@ class _TwoBatchReader(DataSourceStreamReader):
         return marker if stop == 1 else marker + [InputPartition(stop)]
 
     def read(self, partition: InputPartition) -> Iterator:
-        yield marker_batch(partition.start, partition.end)  # batch (1, 2] is never read
+        yield pack_batch(marker_batch(partition.start, partition.end))  # batch (1, 2] is never read
 
     def commit(self, end: dict) -> None:
         pass
@@ -47,7 +47,7 @@ class _TwoBatchSource(DataSource):
         return "sparkcdc_test_two_batches"
 
     def schema(self) -> str:
-        return ROW_SCHEMA
+        return SPARK_SCHEMA
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return _TwoBatchReader()
@@ -61,7 +61,7 @@ def test_marker_only_batch_skips_the_spark_job_and_reads_the_same():
 
         def write(df, batch_id: int) -> None:
             shortcut = marker_only_table(sole_planned_partition(df))
-            seen[batch_id] = (shortcut, df.toArrow() if batch_id == 0 else None)
+            seen[batch_id] = (shortcut, unpack_changes(df.toArrow()) if batch_id == 0 else None)
 
         query = (spark.readStream.format("sparkcdc_test_two_batches").load().writeStream
                  .foreachBatch(write).option("checkpointLocation", tempfile.mkdtemp())

@@ -1,27 +1,39 @@
-"""The Arrow batches the Spark source yields: their schema is Spark's ROW_SCHEMA, the range
-marker row, and the reference builder's conversion of row changes."""
+"""The Arrow batches the Spark source yields: CHANGE_SCHEMA batches packed one per row of Spark's
+SPARK_SCHEMA, the range marker row, and the reference builder's conversion of row changes."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import ArrayType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sparkcdc.model.events import RowChange
-from sparkcdc.pipeline.source import RANGE_MARKER, ROW_SCHEMA, marker_batch
+from sparkcdc.pipeline.source import RANGE_MARKER, SPARK_SCHEMA, marker_batch, pack_batch, unpack_changes
 from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, PythonBatchBuilder
 
-_TYPES = {"long": LongType(), "string": StringType(), "array<string>": ArrayType(StringType())}
 
-
-def test_change_schema_is_what_spark_expects_for_row_schema():
-    # Spark compares a reader's first batch with to_arrow_schema(ROW_SCHEMA) and fails the task
+def test_packed_batches_are_what_spark_expects_for_its_schema():
+    # Spark compares a reader's first batch with to_arrow_schema(SPARK_SCHEMA) and fails the task
     # on any difference, so the two definitions must not drift apart.
-    fields = [StructField(name, _TYPES[kind]) for name, kind in (f.split(" ", 1) for f in ROW_SCHEMA.split(", "))]
-    expected = to_arrow_schema(StructType(fields), timezone="UTC")
-    assert expected.equals(CHANGE_SCHEMA)
-    assert [f.type.value_field.name for f in CHANGE_SCHEMA if pa.types.is_list(f.type)] == [
-        f.type.value_field.name for f in expected if pa.types.is_list(f.type)]
+    name, kind = SPARK_SCHEMA.split(" ")
+    assert kind == "binary"
+    expected = to_arrow_schema(StructType([StructField(name, BinaryType())]), timezone="UTC")
+    assert pack_batch(marker_batch(1, 2)).schema.equals(expected)
+
+
+def test_unpacking_gives_back_every_batch_in_order():
+    builder = PythonBatchBuilder()
+    builder.add_changes([RowChange(7, "db", "t", "insert", None, ("1", None), 0),
+                         RowChange(7, "db", "u", "update", ("1", "a"), ("1", "b"), 1)])
+    rows = builder.finish()
+    batches = [marker_batch(3, 9), rows, rows.slice(1)]
+    # toArrow() returns the packed rows in chunks of any size, and an empty batch as no chunk.
+    packed = pa.Table.from_batches([pa.concat_batches([pack_batch(b) for b in batches[:2]]), pack_batch(batches[2])])
+    assert packed.column(0).num_chunks == 2
+    table = unpack_changes(packed)
+    assert table.schema.equals(CHANGE_SCHEMA)
+    assert table.to_pylist() == [row for batch in batches for row in batch.to_pylist()]
+    assert unpack_changes(pa.Table.from_batches([], schema=packed.schema)).num_rows == 0
 
 
 def test_marker_batch_carries_the_bounds():

@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, ErrSparkRemoteUnreachable
 from sparkcdc.pipeline.source import (
-    ROW_SCHEMA,
+    SPARK_SCHEMA,
     BatchOffset,
     BatchPacer,
     BinlogStreamReader,
@@ -247,7 +247,7 @@ class PlannedBinlogSource(DataSource):
         return BATCH_SOURCE_NAME
 
     def schema(self) -> str:
-        return ROW_SCHEMA
+        return SPARK_SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
         return PlannedBinlogReader(BatchPlan.decode(self.options[PLAN_OPTION]))

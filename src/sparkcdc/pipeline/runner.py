@@ -36,7 +36,7 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
-from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch
+from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch, unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
@@ -280,7 +280,7 @@ class ChangefeedRunner:
             if began - last_job[0] < KEEP_PYTHON_WORKER_SECONDS:
                 table = marker_only_table(sole_planned_partition(df))
             if table is None:
-                table = df.toArrow()  # runs the read tasks: the executors decode the batch
+                table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
                 last_job[0] = began
             decoded = time.monotonic()
 

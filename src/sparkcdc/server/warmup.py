@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparkcdc.pipeline.source import ROW_SCHEMA
+from sparkcdc.pipeline.source import SPARK_SCHEMA, unpack_changes
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +43,9 @@ class _WarmupStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator:
         # The binlog source's own range-marker batch: the worker imports (and, reused, keeps)
         # the source's read path and Spark takes the same Arrow route as a changefeed's rows.
-        from sparkcdc.pipeline.source import marker_batch
+        from sparkcdc.pipeline.source import marker_batch, pack_batch
 
-        yield marker_batch(0, _WARMUP_END_TS)
+        yield pack_batch(marker_batch(0, _WARMUP_END_TS))
 
     def commit(self, end: dict) -> None:
         pass
@@ -57,7 +57,7 @@ class WarmupDataSource(DataSource):
         return WARMUP_SOURCE_NAME
 
     def schema(self) -> str:
-        return ROW_SCHEMA
+        return SPARK_SCHEMA
 
     def streamReader(self, schema) -> DataSourceStreamReader:
         return _WarmupStreamReader()
@@ -77,7 +77,7 @@ def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = N
     seen: list[int] = []
 
     def write(df, batch_id: int) -> None:
-        seen.append(df.toArrow().num_rows)
+        seen.append(unpack_changes(df.toArrow()).num_rows)
 
     try:
         query = (spark.readStream.format(WARMUP_SOURCE_NAME).load()

@@ -93,8 +93,8 @@ _EVENT_BODY_OFFSET = 20
 _KNOWN_POST_HEADER = {23: 8, 24: 8, 25: 8, 30: 10, 31: 10, 32: 10}
 _OPS = {WriteRowsEvent: "insert", DeleteRowsEvent: "delete", UpdateRowsEvent: "update"}
 
-# The Arrow form of the Spark source's ROW_SCHEMA (pipeline/source.py); Spark checks a reader's
-# first batch against it, so the two must match field for field (tests/unit/test_change_batches.py).
+# The row changes of a batch: what executors decode and the driver writes. The Spark source carries
+# each record batch packed as one binary value (pipeline/source.py, SPARK_SCHEMA).
 _IMAGE_TYPE = pa.list_(pa.field("element", pa.string()))
 CHANGE_SCHEMA = pa.schema([
     ("commit_ts", pa.int64()), ("seq", pa.int64()), ("schema_name", pa.string()), ("table_name", pa.string()),
