@@ -222,14 +222,20 @@ def _change(draw, n: int, seq: int) -> RowChange:
     return RowChange(ts(n), "db", table, op, before, after, seq)
 
 
-@st.composite
-def _batches(draw):
-    txn_sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=8))
-    changes = [draw(_change(n, seq)) for n, size in enumerate(txn_sizes, 1) for seq in range(size)]
+def transactions_in_batches(draw, change, max_transactions: int) -> list[pa.Table]:
+    """Up to `max_transactions` transactions of 1-4 rows drawn from `change(n, seq)` (commit-ts
+    ts(n)), as one micro-batch or cut into two."""
+    txn_sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=max_transactions))
+    changes = [draw(change(n, seq)) for n, size in enumerate(txn_sizes, 1) for seq in range(size)]
     cut = draw(st.integers(1, len(txn_sizes)))
     early = [c for c in changes if c.commit_ts <= ts(cut)]
     late = [c for c in changes if c.commit_ts > ts(cut)]
     return [batch(0, ts(cut), early)] + ([batch(ts(cut), ts(len(txn_sizes)), late)] if late else [])
+
+
+@st.composite
+def _batches(draw):
+    return transactions_in_batches(draw, _change, 8)
 
 
 _FILTERS = ["", '[[filter.event-filters]]\nmatcher = ["db.pk"]\nignore-insert-value-expr = "v = \'x\'"\n',

@@ -19,12 +19,12 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.source import marker_batch
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.kafka.large_message import decompress
 from sparkcdc.sink.kafka.sink import KafkaSink
 from sparkcdc.upstream.native_decode import FORCE_PURE_ENCODER_ENV
-from sparkcdc.upstream.range_reader import PythonBatchBuilder
+
+from test_columnar_batch_write import batch, transactions_in_batches, ts
 
 NOW = time.mktime((2024, 3, 1, 12, 0, 0, 0, 0, -1))
 VERSION = compose(1_700_000_000_000)
@@ -40,10 +40,6 @@ NO_KEY = TableInfo("db", "nokey", 2, (
     ColumnInfo("v", "varchar", charset="utf8mb4", length=800),
 ), VERSION)
 TABLES = {t.table: t for t in (PK, NO_KEY)}
-
-
-def ts(n: int) -> int:
-    return compose(1_700_000_001_000 + n)
 
 
 class FakeIndex:
@@ -116,12 +112,6 @@ class CountingKafkaSink(KafkaSink):
     def write_arrow(self, table, commit_ts, ops, before, after):
         self.arrow_rows += len(commit_ts)
         super().write_arrow(table, commit_ts, ops, before, after)
-
-
-def batch(start: int, end: int, changes: list[RowChange]) -> pa.Table:
-    builder = PythonBatchBuilder()
-    builder.add_changes(changes)
-    return pa.Table.from_batches([marker_batch(start, end), builder.finish()])
 
 
 _UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -239,12 +229,7 @@ def _change(draw, n: int, seq: int) -> RowChange:
 
 @st.composite
 def _batches(draw):
-    txn_sizes = draw(st.lists(st.integers(1, 4), min_size=1, max_size=6))
-    changes = [draw(_change(n, seq)) for n, size in enumerate(txn_sizes, 1) for seq in range(size)]
-    cut = draw(st.integers(1, len(txn_sizes)))
-    early = [c for c in changes if c.commit_ts <= ts(cut)]
-    late = [c for c in changes if c.commit_ts > ts(cut)]
-    return [batch(0, ts(cut), early)] + ([batch(ts(cut), ts(len(txn_sizes)), late)] if late else [])
+    return transactions_in_batches(draw, _change, 6)
 
 
 _DISPATCHERS = ["", '[[sink.dispatchers]]\nmatcher = ["db.*"]\npartition = "ts"\n',
