@@ -23,6 +23,7 @@ from sparkcdc.pipeline.source import (
     _RangePartition,
     plan_next_batch,
     plan_partitions,
+    unpack_changes,
 )
 from sparkcdc.sink.mysql.sink import MySQLSink
 from sparkcdc.sink.storage import StorageSink
@@ -97,10 +98,10 @@ def source_options(mariadb, index) -> SourceOptions:
 
 
 def read_batch(index, options, start: BatchOffset, end: BatchOffset) -> pa.Table:
-    """The batch's rows as Spark would hand them to foreachBatch: every partition's output."""
+    """The batch's rows as foreachBatch gets them: every partition's output, unpacked."""
     reader = BinlogStreamReader(options)
     batches = [b for p in plan_partitions(index, options, start, end, set()) for b in reader.read(p)]
-    return pa.Table.from_batches(batches)
+    return unpack_changes(pa.Table.from_batches(batches))
 
 
 def test_pieces_are_planned_decoded_and_ordered_like_the_whole_transaction(mariadb, upstream):
