@@ -16,9 +16,7 @@ both topics hold the same (partition, value) sequences. Not a test: figures go i
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
-import pstats
 import sys
 import tempfile
 import time
@@ -28,10 +26,9 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from write_batch_bench import Index, batches, workload  # noqa: E402
+from write_batch_bench import batches, workload, write_all  # noqa: E402
 
 from sparkcdc.config.replica import parse_replica_config  # noqa: E402
-from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
 from sparkcdc.sink.kafka.sink import KafkaSink  # noqa: E402
 from sparkcdc.testing.kafka import KafkaBroker, read_topic  # noqa: E402
 
@@ -44,17 +41,7 @@ class RowChangeKafkaSink(KafkaSink):
 
 def run(sink_class, tables, uri: str, config_toml: str, profile: bool = False) -> tuple[float, float]:
     sink = sink_class(uri, parse_replica_config(config_toml), clock=lambda: NOW)
-    profiler = cProfile.Profile() if profile else None
-    began, cpu = time.monotonic(), time.process_time()
-    if profiler:
-        profiler.enable()
-    for table in tables:
-        write_batch(table, Index(), sink, lambda s, t: True, lambda ts: None)
-    sink.close()
-    if profiler:
-        profiler.disable()
-        pstats.Stats(profiler).sort_stats("cumulative").print_stats(18)
-    return time.process_time() - cpu, time.monotonic() - began
+    return write_all(sink, tables, profile)
 
 
 def topic_contents(bootstrap: str, topic: str) -> dict[int, list[bytes]]:

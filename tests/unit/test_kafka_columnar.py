@@ -24,7 +24,7 @@ from sparkcdc.sink.kafka.large_message import decompress
 from sparkcdc.sink.kafka.sink import KafkaSink
 from sparkcdc.upstream.native_decode import FORCE_PURE_ENCODER_ENV
 
-from test_columnar_batch_write import batch, transactions_in_batches, ts
+from test_columnar_batch_write import batch, dele, ins, transactions_in_batches, ts, upd
 
 NOW = time.mktime((2024, 3, 1, 12, 0, 0, 0, 0, -1))
 VERSION = compose(1_700_000_000_000)
@@ -152,18 +152,6 @@ def write_both(batches: list[pa.Table], uri_query: str = "", config_toml: str = 
 
 def row_messages(sent) -> int:
     return sum(b"TIDB_WATERMARK" not in value for messages in sent.values() for _, value in messages)
-
-
-def ins(n, table, values, seq):
-    return RowChange(ts(n), "db", table, "insert", None, values, seq)
-
-
-def upd(n, table, before, after, seq):
-    return RowChange(ts(n), "db", table, "update", before, after, seq)
-
-
-def dele(n, table, values, seq):
-    return RowChange(ts(n), "db", table, "delete", values, None, seq)
 
 
 CHANGES = [
