@@ -347,15 +347,12 @@ def batch_spans(
     spans: list[_Span] = []
     for size in index.txn_sizes_between(start.checkpoint_ts, end.ts):
         first = start.piece if size.commit_ts == start.ts else 0
-        if not size.split or (first == 0 and not (size.commit_ts == end.ts and end.piece)):
+        ends_inside = size.commit_ts == end.ts and end.piece
+        if not size.split or not (first or ends_inside):  # the whole transaction is in the batch
             whole.append(size)
             continue
         txn = _record(index, size.commit_ts)
-        last = end.piece if txn.commit_ts == end.ts and end.piece else txn.piece_count
-        if first == 0 and last == txn.piece_count:
-            whole.append(size)
-            continue
-        for piece in range(first, last):
+        for piece in range(first, end.piece if ends_inside else txn.piece_count):
             piece_start, piece_end, maps = txn.piece_range(piece)
             spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps))
     for run in split_ranges(whole, parts):
