@@ -116,6 +116,13 @@ def test_canal_json_and_csv_rebuild_equals_upstream(server, mariadb, tmp_path):
     assert {item["id"] for item in listed} >= {"cj", "csv"}
     assert all(item["summary"]["state"] == "normal" for item in listed)
 
+    # With local executors the read tasks hand their batches over as files (pipeline/source.py):
+    # every file was taken by the driver, and a removed changefeed leaves no directory behind.
+    spool = os.path.join(server.data_dir, "changefeeds", "default", "{}", "spool")
+    assert os.path.isdir(spool.format("cj")) and os.listdir(spool.format("cj")) == []
+    server.cli("changefeed", "remove", "-c", "csv")
+    assert not os.path.exists(spool.format("csv"))
+
 
 def test_sigkill_mid_workload_loses_nothing(mariadb, tmp_path):
     database = "e2e_kill"

@@ -3,12 +3,21 @@ SPARK_SCHEMA, the range marker row, and the reference builder's conversion of ro
 
 from __future__ import annotations
 
+import os
+
 import pyarrow as pa
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sparkcdc.model.events import RowChange
-from sparkcdc.pipeline.source import RANGE_MARKER, SPARK_SCHEMA, marker_batch, pack_batch, unpack_changes
+from sparkcdc.pipeline.source import (
+    RANGE_MARKER,
+    SPARK_SCHEMA,
+    marker_batch,
+    pack_batch,
+    spool_batches,
+    unpack_changes,
+)
 from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, PythonBatchBuilder
 
 
@@ -34,6 +43,27 @@ def test_unpacking_gives_back_every_batch_in_order():
     assert table.schema.equals(CHANGE_SCHEMA)
     assert table.to_pylist() == [row for batch in batches for row in batch.to_pylist()]
     assert unpack_changes(pa.Table.from_batches([], schema=packed.schema)).num_rows == 0
+
+
+def test_spooled_batches_unpack_like_packed_ones_and_their_files_go(tmp_path):
+    builder = PythonBatchBuilder()
+    builder.add_changes([RowChange(7, "db", "t", "insert", None, ("1", None), 0),
+                         RowChange(7, "db", "u", "update", ("1", "a"), ("1", "b"), 1)])
+    rows = builder.finish()
+    first = spool_batches(iter([marker_batch(3, 9), rows]), str(tmp_path))
+    empty = spool_batches(iter([]), str(tmp_path))  # a range with no rows of replicated tables
+    assert first.schema.equals(pack_batch(rows).schema)
+    assert len(os.listdir(tmp_path)) == 2
+    # Spooled and inline values mix in one toArrow() result (the range marker is never spooled).
+    table = unpack_changes(pa.Table.from_batches([first, pack_batch(rows.slice(1)), empty]))
+    assert table.to_pylist() == marker_batch(3, 9).to_pylist() + rows.to_pylist() + rows.slice(1).to_pylist()
+    assert os.listdir(tmp_path) == [], "the driver removes a spooled file once it has mapped it"
+
+
+def test_each_spool_call_writes_its_own_file(tmp_path):
+    # A retried or speculative task must not overwrite the file of the attempt Spark kept.
+    values = {spool_batches(iter([marker_batch(1, 2)]), str(tmp_path)).column(0)[0].as_py() for _ in range(3)}
+    assert len(values) == 3 and len(os.listdir(tmp_path)) == 3
 
 
 def test_marker_batch_carries_the_bounds():

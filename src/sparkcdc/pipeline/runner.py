@@ -193,6 +193,7 @@ class ChangefeedRunner:
                 force_replicate=config.force_replicate,
                 split_transactions=splits_large_transactions(info.sink_uri, config),
                 batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
+                spool_dir=self._spool_dir(info),
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
@@ -229,6 +230,19 @@ class ChangefeedRunner:
             target=self._watch, args=(key, query, writer, stopping), name=f"watch-{info.id}", daemon=True
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
+
+    def _spool_dir(self, info: ChangefeedInfo) -> str:
+        """The changefeed's spool directory, emptied, when the read tasks run on this machine (a
+        `local` master; pipeline/source.py); "" when the batches must travel through Spark."""
+        if is_connect_session(self._spark) or not self._spark.sparkContext.master.startswith("local"):
+            return ""
+        spool_dir = self._spool_path(info.namespace, info.id)
+        shutil.rmtree(spool_dir, ignore_errors=True)  # a failed task's file from an earlier run
+        os.makedirs(spool_dir)
+        return spool_dir
+
+    def _spool_path(self, namespace: str, changefeed_id: str) -> str:
+        return os.path.join(self._work_dir, namespace, changefeed_id, "spool")
 
     def _parallelism(self) -> int:
         """How many binlog ranges a batch is cut into: the cores Spark has for this session."""
@@ -424,6 +438,7 @@ class ChangefeedRunner:
             running.sink.close()
             for extra in running.extras:
                 _close_quietly(extra)
+            shutil.rmtree(self._spool_path(namespace, changefeed_id), ignore_errors=True)
 
     def stop_all(self) -> None:
         self._shutdown.set()
