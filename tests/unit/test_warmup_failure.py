@@ -1,6 +1,6 @@
 """The capture's Spark warm-up is an optimisation: when it fails it says so once, as a warning,
 and raises nothing (the first changefeed then starts cold); a changefeed starting before its
-delay is over cancels it before it touches Spark."""
+delay is over cancels it before it touches Spark; its one batch has a read task per core."""
 
 from __future__ import annotations
 
@@ -38,3 +38,15 @@ def test_a_changefeed_starting_during_the_delay_skips_the_warm_up(caplog):
         warm_up.thread.join(5)
     assert not warm_up.thread.is_alive()
     assert caplog.records == []  # it never touched Spark (which would have failed and said so)
+
+
+def test_the_warm_up_batch_has_a_read_task_per_core():
+    # Each task starts (and the reuse keeps) one of the executor's Python workers: a changefeed's
+    # batch runs one read task per core, so none of them should import the source's modules then.
+    from sparkcdc.server.warmup import _WarmupStreamReader
+
+    reader = _WarmupStreamReader(tasks=2)
+    start, end = reader.initialOffset(), reader.latestOffset()
+    assert len(reader.partitions(start, end)) == 2
+    assert reader.partitions(end, end) == []
+    assert len(_WarmupStreamReader(tasks=0).partitions(start, end)) == 1

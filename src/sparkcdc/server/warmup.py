@@ -29,7 +29,11 @@ _WARMUP_END_TS = 1
 
 
 class _WarmupStreamReader(DataSourceStreamReader):
-    """One micro-batch (0, 1]: the binlog source's range-marker batch."""
+    """One micro-batch (0, 1]: the binlog source's range-marker batch, read by `tasks` tasks at
+    once so that each of the executor's Python workers (one per core) is started and warm."""
+
+    def __init__(self, tasks: int = 1):
+        self.tasks = max(1, tasks)
 
     def initialOffset(self) -> dict:
         return {"ts": 0}
@@ -38,7 +42,7 @@ class _WarmupStreamReader(DataSourceStreamReader):
         return {"ts": _WARMUP_END_TS}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return [InputPartition(0)] if int(end["ts"]) > int(start["ts"]) else []
+        return [InputPartition(task) for task in range(self.tasks)] if int(end["ts"]) > int(start["ts"]) else []
 
     def read(self, partition: InputPartition) -> Iterator:
         # The binlog source's own range-marker batch: the worker imports (and, reused, keeps)
@@ -60,7 +64,7 @@ class WarmupDataSource(DataSource):
         return SPARK_SCHEMA
 
     def streamReader(self, schema) -> DataSourceStreamReader:
-        return _WarmupStreamReader()
+        return _WarmupStreamReader(int(self.options.get("tasks", "1")))
 
 
 class WarmupCancelled(Exception):
@@ -79,8 +83,11 @@ def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = N
     def write(df, batch_id: int) -> None:
         seen.append(unpack_changes(df.toArrow()).num_rows)
 
+    # A changefeed's batch runs one read task per core (`_parallelism` in pipeline/runner.py); a
+    # worker the warm-up did not start would import the source's modules in the first batch.
+    tasks = max(1, spark.sparkContext.defaultParallelism)
     try:
-        query = (spark.readStream.format(WARMUP_SOURCE_NAME).load()
+        query = (spark.readStream.format(WARMUP_SOURCE_NAME).option("tasks", str(tasks)).load()
                  .writeStream.queryName("sparkcdc-warmup")
                  .foreachBatch(write)
                  .option("checkpointLocation", checkpoint_dir)
@@ -96,8 +103,8 @@ def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = N
             query.stop()
     finally:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    if seen != [1]:
-        raise RuntimeError(f"the warm-up query saw batches of {seen} rows, expected one of 1")
+    if seen != [tasks]:
+        raise RuntimeError(f"the warm-up query saw batches of {seen} rows, expected one of {tasks}")
     return time.monotonic() - began
 
 
