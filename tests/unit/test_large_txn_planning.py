@@ -9,6 +9,7 @@ from sparkcdc.model.position import BinlogPosition
 from sparkcdc.pipeline.source import (
     DEFAULT_MAX_BATCH_BYTES,
     BatchOffset,
+    BatchPacer,
     SourceOptions,
     _MarkerPartition,
     _RangePartition,
@@ -132,6 +133,25 @@ def test_batches_cover_every_piece_once_in_order_and_checkpoints_never_pass_an_u
     assert [dml[0][0], dml[-1][1]] == [expected[0][0], expected[-1][1]] if expected else dml == []
     assert all(a[1] <= b[0] for a, b in zip(dml, dml[1:]))
     assert sum(e - s for s, e in dml) == sum(e - s for s, e in expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(workloads(), st.integers(1, 700), st.booleans())
+def test_partitions_planned_from_the_pacers_rows_are_those_read_from_the_index(txns, cap, split):
+    # The pacer keeps the TxnSize rows it planned a batch with, so the batch's partitions need not
+    # read them again; they must be exactly the batch's rows, whatever the cut (a piece, the
+    # transaction before a piece, a DDL, a size cut while catching up).
+    index = FakeIndex(txns, resolved=txns[-1].commit_ts + 5)
+    opts = options(max_batch_bytes=cap, split_transactions=split)
+    pacer, start, reads = BatchPacer(0.0), BatchOffset(0), []
+    while (end := pacer.plan(index, start, opts)).key() > start.key():
+        sizes = pacer.sizes_of(start, end)
+        assert sizes == index.txn_sizes_between(start.checkpoint_ts, end.ts)
+        assert plan_partitions(index, opts, start, end, set(), sizes) == plan_partitions(index, opts, start, end, set())
+        reads.append(sizes)
+        start = end
+    assert pacer.sizes_of(BatchOffset(0), BatchOffset(1)) is None  # any other batch reads the index
+    assert len(reads) >= 1
 
 
 def test_sinks_that_need_whole_transactions_do_not_get_them_split():

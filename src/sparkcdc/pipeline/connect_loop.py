@@ -301,7 +301,8 @@ class ConnectBatchLoop:
             while not self._stopping.is_set():
                 end = pacer.plan(self._index, start, self._options)
                 if end.key() > start.key():
-                    partitions = plan_partitions(self._index, self._options, start, end, warned)
+                    partitions = plan_partitions(self._index, self._options, start, end, warned,
+                                                 pacer.sizes_of(start, end))
                     self._write(self._batch_frame(BatchPlan(self._options, tuple(partitions))), batch_id)
                     batch_id += 1
                     start = end

@@ -188,7 +188,7 @@ class BatchOffset:
 
 def plan_next_batch(
     index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True,
-    piece_batch_bytes: int | None = None,
+    piece_batch_bytes: int | None = None, read: "list[TxnSize] | None" = None,
 ) -> tuple[BatchOffset, bool]:
     """The end of the next micro-batch starting after `start` (== start when nothing is new).
 
@@ -198,7 +198,8 @@ def plan_next_batch(
     within that plus one piece.
 
     Also says whether more is ready beyond the end (a size cut, or a DDL with transactions
-    resolved after it): then the next batch should run at once (BatchPacer)."""
+    resolved after it): then the next batch should run at once (BatchPacer). `read`, when given,
+    gets every TxnSize read, in order: all of the batch's and perhaps the next transaction."""
     limit = index.resolved_ts()
     if target_ts:
         limit = min(limit, target_ts)
@@ -210,7 +211,10 @@ def plan_next_batch(
         return start, False
     piece_limit = min(max_batch_bytes, piece_batch_bytes or max_batch_bytes)
     size = 0
-    for commit_ts, txn_size, split, _ in _paged_sizes(index, start.checkpoint_ts, end):
+    for size_row in _paged_sizes(index, start.checkpoint_ts, end):
+        if read is not None:
+            read.append(size_row)
+        commit_ts, txn_size, split, _ = size_row
         first = start.piece if commit_ts == start.ts else 0
         if split and (split_transactions or first):  # a batch never re-reads pieces it had
             txn = _record(index, commit_ts)
@@ -259,6 +263,9 @@ class BatchPacer:
         self._clock = clock
         self._last = float("-inf")
         self._catching_up = False
+        # The last batch planned, (start, end, its TxnSize rows): its partitions are planned next
+        # from the same rows instead of reading them again (`sizes_of`).
+        self._planned: "tuple[BatchOffset, BatchOffset, list[TxnSize]] | None" = None
 
     @property
     def catching_up(self) -> bool:
@@ -272,12 +279,23 @@ class BatchPacer:
     def plan(self, index: "TxnIndex", start: BatchOffset, options: "SourceOptions") -> BatchOffset:
         """The end of the batch to run now after `start` (plan_next_batch sized by `batch_bytes`),
         or `start` when none may run yet; a batch returned counts as run."""
+        read: list[TxnSize] = []
         end, backlog = plan_next_batch(index, start, options.target_ts, self.batch_bytes(options.max_batch_bytes),
-                                       options.split_transactions, piece_batch_bytes=options.max_batch_bytes)
+                                       options.split_transactions, piece_batch_bytes=options.max_batch_bytes,
+                                       read=read)
         if not self.ready(index, start, end, backlog, options.target_ts):
             return start
         self.ran(backlog)
+        self._planned = (start, end, [size for size in read if size.commit_ts <= end.ts])
         return end
+
+    def sizes_of(self, start: BatchOffset, end: BatchOffset) -> "list[TxnSize] | None":
+        """The TxnSize rows of the batch (start, end] when it is the one `plan` returned last
+        (index.txn_sizes_between(start.checkpoint_ts, end.ts)); None for any other batch (Spark
+        replaying a batch after a restart)."""
+        if self._planned is None or self._planned[:2] != (start, end):
+            return None
+        return self._planned[2]
 
     def ready(self, index: "TxnIndex", start: BatchOffset, end: BatchOffset, backlog: bool, target_ts: int = 0) -> bool:
         if end.key() <= start.key():
@@ -358,14 +376,17 @@ class _Span:
 
 
 def batch_spans(
-    index: "TxnIndex", start: BatchOffset, end: BatchOffset, parts: int
+    index: "TxnIndex", start: BatchOffset, end: BatchOffset, parts: int, sizes: "list[TxnSize] | None" = None
 ) -> list[_Span]:
     """The binlog stretches of the batch (start, end]: whole transactions cut into runs of about
     equal size (split_ranges), and each piece of a split transaction on its own. Only the
-    transactions at the runs' ends and the split ones are read whole (TxnRecord)."""
+    transactions at the runs' ends and the split ones are read whole (TxnRecord). `sizes`: the
+    batch's TxnSize rows when the caller has them (BatchPacer.sizes_of)."""
     whole: list[TxnSize] = []
     spans: list[_Span] = []
-    for size in index.txn_sizes_between(start.checkpoint_ts, end.ts):
+    if sizes is None:
+        sizes = index.txn_sizes_between(start.checkpoint_ts, end.ts)
+    for size in sizes:
         first = start.piece if size.commit_ts == start.ts else 0
         ends_inside = size.commit_ts == end.ts and end.piece
         if not size.split or not (first or ends_inside):  # the whole transaction is in the batch
@@ -391,11 +412,13 @@ def plan_partitions(
     start: "BatchOffset | int",
     end: "BatchOffset | int",
     warned: set[tuple[str, str, int]],
+    sizes: "list[TxnSize] | None" = None,
 ) -> list[InputPartition]:
     """The partitions of the batch (start, end]: its range marker, then the binlog ranges to decode.
 
     Shared by the stream reader and the Spark Connect loop (pipeline/connect_loop.py), so both
-    plan a batch the same way. `warned` holds the ineligible table versions already logged.
+    plan a batch the same way. `warned` holds the ineligible table versions already logged;
+    `sizes` the batch's TxnSize rows when the caller has them (BatchPacer.sizes_of).
     The marker carries checkpoint bounds: a batch ending inside transaction T ends at T - 1."""
     start, end = BatchOffset.of(start), BatchOffset.of(end)
     if end.key() <= start.key():
@@ -403,7 +426,7 @@ def plan_partitions(
     tables = _replicated_tables_at(index, start.checkpoint_ts, options, warned)
     upstream = UpstreamConfig.from_uri(options.upstream_uri)
     partitions: list[InputPartition] = [_MarkerPartition(start.checkpoint_ts, end.checkpoint_ts)]
-    for number, span in enumerate(batch_spans(index, start, end, options.parallelism)):
+    for number, span in enumerate(batch_spans(index, start, end, options.parallelism, sizes)):
         partitions.append(
             _RangePartition(
                 BinlogRange(
@@ -464,7 +487,8 @@ class BinlogStreamReader(DataSourceStreamReader):
         return self._pacer.plan(self._index(), begin, self.options).to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_partitions(self._index(), self.options, BatchOffset.of(start), BatchOffset.of(end), self._warned)
+        start, end = BatchOffset.of(start), BatchOffset.of(end)
+        return plan_partitions(self._index(), self.options, start, end, self._warned, self._pacer.sizes_of(start, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, _MarkerPartition):
