@@ -1,11 +1,12 @@
 """Driver CPU of `write_batch` to the file storage sink: the RowChange path against the columnar one.
 
     .venv/bin/python bench/write_batch_bench.py [--changes 100000] [--batch-rows 20000]
-        [--protocol canal-json] [--rounds 3] [--profile]
+        [--protocol canal-json] [--workload sysbench|single-row] [--rounds 3] [--profile]
 
 Arrow batches shaped like df.toArrow()'s in a changefeed of capture_bench's sysbench workload
 (`id, k, c CHAR(120), pad CHAR(60)`; 60% 100-row insert transactions, 30% 50-row `k = k + 1`
-updates, 10% 17-row deletes) are prepared before the clock starts. Each round runs every batch
+updates, 10% 17-row deletes), or with `--workload single-row` the same mix as one-row autocommit
+transactions (peers' single-row workload), are prepared before the clock starts. Each round runs every batch
 through `write_batch` into a fresh file:// storage sink twice: once with the sink's columnar entry
 hidden (every row becomes a RowChange, is netted and encoded by encode_rows) and once as a
 changefeed runs it (whole transactions as Arrow columns to encode_arrow). Prints the process CPU
@@ -93,6 +94,38 @@ def workload(changes: int, seed: int = 1) -> list[list[RowChange]]:
     return txns
 
 
+def single_row_workload(changes: int, seed: int = 1) -> list[list[RowChange]]:
+    """peers' single-row workload (bench/peers/workloads.py) as the transactions the binlog
+    holds: one insert, `k = k + 1` update or delete of a random id per transaction."""
+    rng = random.Random(seed)
+    pad = lambda n: "".join(rng.choice("0123456789-") for _ in range(n))  # noqa: E731
+    live: dict[int, tuple[str, ...]] = {}
+    txns: list[list[RowChange]] = []
+    next_id, n = 1, 0
+    while len(txns) < changes:
+        n += 1
+        commit_ts = compose(1_700_000_001_000 + n)
+        choice = rng.random()
+        if choice < 0.6 or next_id < 1000:
+            live[next_id] = after = (str(next_id), str(rng.randint(1, 10**6)), pad(120), pad(60))
+            txns.append([RowChange(commit_ts, "sbtest", "sbtest1", "insert", None, after, 0)])
+            next_id += 1
+            continue
+        key = rng.randint(1, next_id - 1)
+        if key not in live:
+            continue  # the statement matched no row: no transaction in the binlog
+        if choice < 0.9:
+            before = live[key]
+            live[key] = after = (before[0], str(int(before[1]) + 1), before[2], before[3])
+            txns.append([RowChange(commit_ts, "sbtest", "sbtest1", "update", before, after, 0)])
+        else:
+            txns.append([RowChange(commit_ts, "sbtest", "sbtest1", "delete", live.pop(key), None, 0)])
+    return txns
+
+
+WORKLOADS = {"sysbench": workload, "single-row": single_row_workload}
+
+
 def batches(txns: list[list[RowChange]], batch_rows: int) -> list[pa.Table]:
     """Micro-batches of whole transactions, each with its range marker, as df.toArrow() gives them."""
     result, builder, start = [], PythonBatchBuilder(), 0
@@ -112,14 +145,15 @@ def run(sink_class, tables: list[pa.Table], protocol: str, root: str, profile: b
 
 
 def write_all(sink, tables: list[pa.Table], profile: bool = False) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of writing every batch to `sink` and closing it; with
-    `profile`, prints cProfile's top functions."""
+    """(CPU seconds, wall seconds) of writing every batch to `sink` and closing it, key-changing
+    updates split as a storage or Kafka changefeed does by default (output-raw-change-event =
+    false); with `profile`, prints cProfile's top functions."""
     profiler = cProfile.Profile() if profile else None
     began, cpu = time.monotonic(), time.process_time()
     if profiler:
         profiler.enable()
     for table in tables:
-        write_batch(table, Index(), sink, lambda s, t: True, lambda ts: None)
+        write_batch(table, Index(), sink, lambda s, t: True, lambda ts: None, split_updates=True)
     sink.close()
     if profiler:
         profiler.disable()
@@ -141,13 +175,15 @@ def main() -> int:
     parser.add_argument("--changes", type=int, default=100_000)
     parser.add_argument("--batch-rows", type=int, default=20_000)
     parser.add_argument("--protocol", default="canal-json", choices=["canal-json", "csv"])
+    parser.add_argument("--workload", default="sysbench", choices=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    txns = workload(args.changes)
+    txns = WORKLOADS[args.workload](args.changes)
     tables = batches(txns, args.batch_rows)
     rows = sum(len(t) for t in txns)
-    print(f"{rows} row changes in {len(txns)} transactions, {len(tables)} batches, protocol {args.protocol}")
+    print(f"{rows} row changes in {len(txns)} transactions, {len(tables)} batches, "
+          f"workload {args.workload}, protocol {args.protocol}")
     best = {"row-change": float("inf"), "columnar": float("inf")}
     with tempfile.TemporaryDirectory() as scratch:
         for round_number in range(args.rounds):
@@ -161,7 +197,8 @@ def main() -> int:
         if args.profile:
             run(StorageSink, tables, args.protocol, os.path.join(scratch, "profiled"), profile=True)
     for name, seconds in best.items():
-        print(f"{name:>10}: {seconds:6.2f} CPU s, {seconds / rows * 1e6:6.2f} CPU us/row (best of {args.rounds})")
+        print(f"{name:>10}: {seconds:6.2f} CPU s, {seconds / rows * 1e6:6.2f} CPU us/row, "
+              f"{seconds / len(txns) * 1e6:6.2f} CPU us/transaction (best of {args.rounds})")
     print(f"columnar / row-change CPU: {best['columnar'] / best['row-change']:.2f}")
     print("load average: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
     return 0
