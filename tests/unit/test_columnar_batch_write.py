@@ -187,6 +187,41 @@ def test_filtered_and_projected_tables_take_the_row_change_path(tmp_path):
     assert sink.arrow_rows == 1  # nokey: its rule ignores only a DDL
 
 
+def test_one_row_transactions_go_columnar_whatever_their_update(tmp_path):
+    # Netting keeps a one-row transaction as it is, even a no-op or key-moving update; in a
+    # longer transaction the same rows are netted, and only that transaction takes the RowChange path.
+    single = [ins(1, "pk", ("1", "a", "x"), 0), upd(2, "pk", ("1", "a", "x"), ("1", "a", "x"), 0),
+              upd(3, "pk", ("1", "a", "x"), ("2", "a", "x"), 0), dele(4, "pk", ("2", "a", "x"), 0)]
+    longer = [ins(5, "pk", ("3", "c", None), 0), upd(5, "pk", ("3", "c", None), ("3", "c", "y"), 1)]
+    tail = [ins(6, "pk", ("4", "d", None), 0)]
+    for protocol in ("canal-json", "csv"):
+        sink = write_both(tmp_path / protocol, [batch(0, ts(6), single + longer + tail)], protocol)
+        assert (sink.arrow_rows, sink.change_rows) == (len(single + tail), 1)
+
+
+def test_file_size_cuts_right_after_the_transaction_that_reaches_it(tmp_path):
+    txns = [[ins(n, "pk", (str(10 * n + i), "c", "v" * n), i) for i in range(n % 3 + 1)] for n in range(1, 9)]
+    encoded = [CountingSink(f"file://{tmp_path}/encoder?protocol=canal-json", SinkConfig(
+        protocol="canal-json", enable_tidb_extension=True), clock=lambda: NOW)._encoder.encode_rows(PK, txn)
+        for txn in txns]
+    two = len(encoded[0]) + len(encoded[1])
+    for file_size, in_first in ((two, 2), (two + 1, 3)):  # the buffer reaches file-size at txn 2, at txn 3
+        root = tmp_path / str(file_size)
+        write_both(root, [batch(0, ts(8), [row for txn in txns for row in txn])], file_size=file_size)
+        written = files(root / "arrow")
+        first = min(name for name in written if name.endswith(".json") and "/meta/" not in name)
+        assert written[first] == b"".join(encoded[:in_first])
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lengths=st.lists(st.tuples(st.integers(1, 3), st.integers(0, 300)), min_size=1, max_size=12),
+       file_size=st.integers(1, 3000))
+def test_files_are_cut_alike_by_both_paths(tmp_path_factory, lengths, file_size):
+    changes = [ins(n, "pk", (f"{n}-{i}", "c", "v" * length), i)
+               for n, (rows, length) in enumerate(lengths, 1) for i in range(rows)]
+    write_both(tmp_path_factory.mktemp("cuts"), [batch(0, ts(len(lengths)), changes)], file_size=file_size)
+
+
 def test_a_transaction_over_two_batches_and_file_size_cuts(tmp_path):
     first = [ins(1, "pk", (str(i), str(i), "v" * 5), i) for i in range(30)]
     second = [ins(1, "pk", (str(i), str(i), "w"), i) for i in range(30, 40)] + [

@@ -95,13 +95,21 @@ def values_differ(old: pa.Array, new: pa.Array) -> pa.Array:
 def transactions_netting_changes(table: TableInfo, commit_ts: pa.Array, ops: pa.Array,
                                  before: pa.Array, after: pa.Array) -> pa.Array:
     """The commit_ts of every transaction whose rows `net_changes_per_key` may change (with
-    repeats; a few it would keep as they are): one with an update that moves the handle key or
-    changes nothing, or with a handle key on two rows. The columns are one table's rows in
-    (commit_ts, seq) order, each image (where its op has one) with one value per column."""
+    repeats; a few it would keep as they are): one of two or more rows with an update that moves
+    the handle key or changes nothing, or with a handle key on two rows. The columns are one
+    table's rows in (commit_ts, seq) order, each image (where its op has one) with one value per
+    column."""
     names = table.column_names
     positions = [names.index(c) for c in table.handle_key if c in names]
     if not positions or len(positions) != len(table.handle_key):
         return pa.array([], pa.int64())
+    # _net_txn keeps a one-row transaction as it is: only the rows of longer ones are checked.
+    longer = _rows_of_longer_transactions(commit_ts)
+    if not longer.any():
+        return pa.array([], pa.int64())
+    if not longer.all():
+        mask = pa.array(longer)
+        commit_ts, ops, before, after = (column.filter(mask) for column in (commit_ts, ops, before, after))
     is_update, is_insert = pc.equal(ops, "update"), pc.equal(ops, "insert")
     keys: dict[str, pa.Array] = {"commit_ts": commit_ts}
     moved = pa.array(np.zeros(len(ops), dtype=bool))
@@ -115,6 +123,16 @@ def transactions_netting_changes(table: TableInfo, commit_ts: pa.Array, ops: pa.
         commit_ts.filter(is_update).filter(_unchanged(before.filter(is_update), after.filter(is_update))),
         touched["commit_ts"].filter(pc.greater(touched["count_all"], 1)),
     ], pa.int64()).combine_chunks()
+
+
+def _rows_of_longer_transactions(commit_ts: pa.Array) -> np.ndarray:
+    """Per row of rows in commit_ts order, whether its transaction has more than one row."""
+    values = commit_ts.to_numpy(zero_copy_only=False)
+    same = values[1:] == values[:-1]
+    longer = np.zeros(len(values), dtype=bool)
+    longer[1:] |= same
+    longer[:-1] |= same
+    return longer
 
 
 def _unchanged(before: pa.Array, after: pa.Array) -> pa.Array:
