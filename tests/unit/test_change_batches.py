@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
+from hypothesis import given, settings, strategies as st
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
@@ -108,6 +109,29 @@ def test_tables_of_orders_groups_and_drops_the_marker():
                                     RowChange(9, "db", "u", "insert", None, ("3",), 0)]
     assert grouped[("db", "t")] == [RowChange(7, "db", "t", "update", ("1",), ("2",), 1)]
     assert rows_by_table(pa.Table.from_batches([marker_batch(5, 9)])) == {}
+
+
+_CHANGE = st.builds(lambda table, commit_ts, seq: RowChange(commit_ts, "db", table, "insert", None, (str(seq),), seq),
+                    st.sampled_from(["t", "u", "v"]), st.integers(1, 3), st.integers(0, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(changes=st.lists(_CHANGE, max_size=12), order=st.sampled_from(["drawn", "in order", "seq reversed"]))
+def test_tables_of_groups_any_batch_like_a_stable_sort(changes, order):
+    from sparkcdc.pipeline.batch_sink import tables_of
+
+    if order != "drawn":  # "in order": as the source sends one table, no sort or take needed
+        first_seen = {c.table: i for i, c in reversed(list(enumerate(changes)))}
+        sign = -1 if order == "seq reversed" else 1
+        changes = sorted(changes, key=lambda c: (first_seen[c.table], c.commit_ts, sign * c.seq))
+    builder = PythonBatchBuilder()
+    builder.add_changes(changes)
+    expected: dict = {}
+    for _, change in sorted(enumerate(changes), key=lambda p: (p[1].commit_ts, p[1].seq, p[0])):
+        expected.setdefault(("db", change.table), []).append(change)
+    grouped = tables_of(pa.Table.from_batches([marker_batch(0, 3), builder.finish()]))
+    assert {(rows.schema, rows.table): rows.changes() for rows in grouped} == expected
+    assert [(rows.schema, rows.table) for rows in grouped] == list(expected)
 
 
 def test_change_batch_from_native_buffers_equals_the_reference_builder():

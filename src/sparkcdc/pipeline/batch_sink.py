@@ -91,6 +91,13 @@ def _runs_of_equal(values: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(borders, borders[1:])) if len(values) else []
 
 
+def _in_order(codes: np.ndarray, commit_ts: np.ndarray, seq: np.ndarray) -> bool:
+    """Whether the rows are already sorted by (code, commit_ts, seq)."""
+    same_code, same_ts = codes[1:] == codes[:-1], commit_ts[1:] == commit_ts[:-1]
+    return bool(np.all((codes[1:] > codes[:-1]) | (same_code & (commit_ts[1:] > commit_ts[:-1]))
+                       | (same_code & same_ts & (seq[1:] >= seq[:-1]))))
+
+
 def tables_of(batch: pa.Table) -> list[TableRows]:
     """The batch's row changes per table, range markers dropped, tables in the order each first
     appears in (commit_ts, seq) order."""
@@ -102,15 +109,20 @@ def tables_of(batch: pa.Table) -> list[TableRows]:
     code = pc.add(pc.multiply(schemas.indices.cast(pa.int64()), width), names.indices.cast(pa.int64()))
     code = pc.if_else(pc.equal(batch["op"], RANGE_MARKER), -1, code)
     keys = pa.table({"code": code, "commit_ts": batch["commit_ts"], "seq": batch["seq"]})
-    # One stable sort and one take; each table is then a zero-copy slice (markers sort first).
-    order = pc.sort_indices(keys, [("code", "ascending"), ("commit_ts", "ascending"), ("seq", "ascending")])
-    rows = batch.select(_ROW_COLUMNS).take(order)
-    codes = code.take(order).to_numpy()
+    codes, commit_ts, seq = (keys[name].to_numpy() for name in ("code", "commit_ts", "seq"))
+    if _in_order(codes, commit_ts, seq):
+        # As a batch of one table comes (its marker first, then ranges in binlog order): the
+        # sort and take would copy every row image for nothing.
+        order, rows = None, batch.select(_ROW_COLUMNS)
+    else:
+        # One stable sort and one take; each table is then a zero-copy slice (markers sort first).
+        order = pc.sort_indices(keys, [("code", "ascending"), ("commit_ts", "ascending"), ("seq", "ascending")])
+        rows, codes = batch.select(_ROW_COLUMNS).take(order), code.take(order).to_numpy()
     groups = []
     for low, high in _runs_of_equal(codes):
         table_code = int(codes[low])
         if table_code >= 0:
-            first = order[low].as_py()  # a stable sort: ties keep batch order
+            first = low if order is None else order[low].as_py()  # a stable sort: ties keep batch order
             groups.append(((keys["commit_ts"][first].as_py(), keys["seq"][first].as_py(), first),
                            TableRows(schemas.dictionary[table_code // width].as_py(),
                                      names.dictionary[table_code % width].as_py(), rows.slice(low, high - low))))
@@ -275,19 +287,17 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink | ArrowRo
     return written
 
 
-_OP_IMAGES = {"insert": (False, True), "update": (True, True), "delete": (True, False)}
+_OP_NAMES = pa.array(["insert", "update", "delete"])
+# Per op code (its index in _OP_NAMES), whether the op has a before and an after image.
+_HAS_BEFORE = np.array([False, True, True])
+_HAS_AFTER = np.array([True, True, False])
 
 
 def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array, before: pa.Array,
                             after: pa.Array, split_updates: bool) -> pa.Array:
     """Per row, whether its transaction must take the RowChange path: netting or update split
     would change it, or a row is malformed (the RowChange path reports that)."""
-    width = len(info.columns)
-    well_formed = pa.array(np.zeros(len(ops), dtype=bool))
-    for op, (has_before, has_after) in _OP_IMAGES.items():
-        well_formed = pc.or_(well_formed, pc.and_(pc.equal(ops, op), pc.and_(
-            _image_shape(before, has_before, width), _image_shape(after, has_after, width))))
-    if not pc.all(pc.fill_null(well_formed, False)).as_py():
+    if not _well_formed(ops, before, after, len(info.columns)):
         return pa.array(np.ones(len(ops), dtype=bool))  # the checks below need well-formed images
     changed = [transactions_netting_changes(info, commit_ts, ops, before, after)]
     if split_updates:
@@ -295,11 +305,18 @@ def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array,
     return pc.is_in(commit_ts, value_set=pa.concat_arrays(changed))
 
 
-def _image_shape(images: pa.Array, present: bool, width: int) -> pa.Array:
-    """Per row, whether the image is there (one value per column) exactly when `present`."""
-    if not present:
-        return pc.is_null(images)
-    return pc.fill_null(pc.equal(pc.list_value_length(images), width), False)
+def _well_formed(ops: pa.Array, before: pa.Array, after: pa.Array, width: int) -> bool:
+    """Whether every row has a known op and exactly the images it has (each one value per
+    column)."""
+    codes = pc.index_in(ops, value_set=_OP_NAMES)
+    if codes.null_count:
+        return False
+    codes = codes.to_numpy()
+    for images, present in ((before, _HAS_BEFORE[codes]), (after, _HAS_AFTER[codes])):
+        lengths = pc.fill_null(pc.list_value_length(images), -1).to_numpy()  # -1: no image
+        if not np.array_equal(lengths, np.where(present, width, -1)):
+            return False
+    return True
 
 
 def write_batch(
