@@ -36,7 +36,7 @@ from sparkcdc.model.tso import compose  # noqa: E402
 from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
 from sparkcdc.pipeline.source import marker_batch  # noqa: E402
 from sparkcdc.sink.storage import StorageSink  # noqa: E402
-from sparkcdc.upstream.range_reader import PythonBatchBuilder  # noqa: E402
+from sparkcdc.upstream.range_reader import DEFAULT_BATCH_ROWS, PythonBatchBuilder  # noqa: E402
 
 TABLE = TableInfo("sbtest", "sbtest1", 1, (
     ColumnInfo("id", "int", nullable=False, is_primary_key=True),
@@ -126,15 +126,22 @@ def single_row_workload(changes: int, seed: int = 1) -> list[list[RowChange]]:
 WORKLOADS = {"sysbench": workload, "single-row": single_row_workload}
 
 
-def batches(txns: list[list[RowChange]], batch_rows: int) -> list[pa.Table]:
-    """Micro-batches of whole transactions, each with its range marker, as df.toArrow() gives them."""
-    result, builder, start = [], PythonBatchBuilder(), 0
+def batches(txns: list[list[RowChange]], batch_rows: int, chunk_rows: int = DEFAULT_BATCH_ROWS) -> list[pa.Table]:
+    """Micro-batches of whole transactions, each with its range marker, as df.toArrow() gives them
+    unpacked: a record batch per ~`chunk_rows` rows, as the executors' range readers cut them."""
+    result, chunks, builder, start = [], [], PythonBatchBuilder(), 0
     for txn in txns:
         builder.add_changes(txn)
-        if len(builder) >= batch_rows or txn is txns[-1]:
+        if len(builder) >= chunk_rows:
+            chunks.append(builder.finish())
+            builder = PythonBatchBuilder()
+        if sum(map(len, chunks)) + len(builder) >= batch_rows or txn is txns[-1]:
             end = txn[0].commit_ts
-            result.append(pa.Table.from_batches([marker_batch(start, end), builder.finish()]))
-            start = end
+            if len(builder):
+                chunks.append(builder.finish())
+                builder = PythonBatchBuilder()
+            result.append(pa.Table.from_batches([marker_batch(start, end), *chunks]))
+            chunks, start = [], end
     return result
 
 
