@@ -1,6 +1,7 @@
 """The MySQL sink against a real downstream MariaDB: every column type, PK changes, the PK swap
 of product document 003, safe mode, replays, DDL replays, parallel writers, long DDLs, and the
-TiDB-only background index build (flavour forced)."""
+TiDB-only background index build (flavour forced). Row tests run both entries: RowChanges
+(`write_rows`) and Arrow columns (`write_arrow`, the batch writer's columnar path)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,21 @@ def open_sink(server, query: str = "", replicating_ts: int = 0) -> MySQLSink:
                      ddl_retry=FAST_RETRY)
 
 
+IMAGE = pa.list_(pa.field("element", pa.string()))
+
+
+def write(sink: MySQLSink, info: TableInfo, rows: list[RowChange], columnar: bool) -> None:
+    """`rows` through write_rows, or as the batch writer hands a columnar run: Arrow columns."""
+    if not columnar:
+        sink.write_rows(info, rows)
+        return
+    sink.write_arrow(info, pa.array([r.commit_ts for r in rows], pa.int64()), pa.array([r.op for r in rows]),
+                     pa.array([r.before for r in rows], IMAGE), pa.array([r.after for r in rows], IMAGE))
+
+
+ENTRIES = pytest.mark.parametrize("columnar", [False, True], ids=["rowchange", "columnar"])
+
+
 def setup_table(sink: MySQLSink, server, schema: str, create: str, table: str) -> TableInfo:
     sink.write_ddl(ddl(1, schema, "", f"CREATE DATABASE `{schema}`", "create database"))
     sink.write_ddl(ddl(2, schema, table, create))
@@ -98,7 +114,8 @@ def setup_table(sink: MySQLSink, server, schema: str, create: str, table: str) -
     return info
 
 
-def test_every_column_type_with_pk_changes_and_replays(downstream):
+@ENTRIES
+def test_every_column_type_with_pk_changes_and_replays(downstream, columnar):
     with open_sink(downstream, "worker-count=4") as sink:
         info = setup_table(sink, downstream, "db1", ALL_TYPES, "all_types")
         assert info.handle_key == ("id", "k2") and info.column("gen").generated
@@ -107,7 +124,7 @@ def test_every_column_type_with_pk_changes_and_replays(downstream):
             RowChange(ts(3), "db1", "all_types", "insert", after=ROW_B, seq=1),
             RowChange(ts(3), "db1", "all_types", "insert", after=ROW_NULLS, seq=2),
         ]
-        sink.write_rows(info, rows)
+        write(sink, info, rows, columnar)
         sink.flush()
         got = canonical_rows(downstream, "db1", info)
         assert normalize_json(got, 23) == normalize_json(expected(info, ROW_A, ROW_B, ROW_NULLS), 23)
@@ -120,19 +137,19 @@ def test_every_column_type_with_pk_changes_and_replays(downstream):
             RowChange(ts(4), "db1", "all_types", "update", before=ROW_B, after=changed, seq=1),
             RowChange(ts(4), "db1", "all_types", "delete", before=ROW_NULLS, seq=2),
         ]
-        sink.write_rows(info, txn)
+        write(sink, info, txn, columnar)
         sink.flush()
         want = normalize_json(expected(info, moved, changed), 23)
         assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
     # A new sink that knows everything up to ts(4) may be a replay writes idempotently.
     with open_sink(downstream, replicating_ts=ts(4)) as sink:
-        sink.write_rows(info, rows)
-        sink.write_rows(info, txn)
+        write(sink, info, rows, columnar)
+        write(sink, info, txn, columnar)
         sink.flush()
         assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
     # Outside the window, a duplicate INSERT falls back to idempotent writing instead of failing.
     with open_sink(downstream) as sink:
-        sink.write_rows(info, rows + txn)
+        write(sink, info, rows + txn, columnar)
         sink.flush()
         assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
 
@@ -151,41 +168,43 @@ def pk_rows(server, schema="db2"):
 
 @pytest.mark.parametrize("query, replicating", [("", 0), ("safe-mode=true", 0), ("", 10**30),
                                                  ("multi-stmt-enable=false&batch-dml-enable=false", 0)])
-def test_pk_swap_example_of_document_003(downstream, query, replicating):
+@ENTRIES
+def test_pk_swap_example_of_document_003(downstream, query, replicating, columnar):
     with open_sink(downstream, query, replicating_ts=replicating) as sink:
         info = setup_table(sink, downstream, "db2", PK_TABLE, "t")
-        sink.write_rows(info, [RowChange(ts(3), "db2", "t", "insert", after=("1", "1", "p"), seq=0),
-                               RowChange(ts(4), "db2", "t", "insert", after=("2", "2", "q"), seq=0)])
+        write(sink, info, [RowChange(ts(3), "db2", "t", "insert", after=("1", "1", "p"), seq=0),
+                           RowChange(ts(4), "db2", "t", "insert", after=("2", "2", "q"), seq=0)], columnar)
         # BEGIN; UPDATE t SET a = 3 WHERE a = 2; UPDATE t SET a = 2 WHERE a = 1; COMMIT;
-        sink.write_rows(info, [RowChange(ts(5), "db2", "t", "update", before=("2", "2", "q"), after=("3", "2", "q")),
-                               RowChange(ts(5), "db2", "t", "update", before=("1", "1", "p"), after=("2", "1", "p"),
-                                         seq=1)])
+        write(sink, info, [RowChange(ts(5), "db2", "t", "update", before=("2", "2", "q"), after=("3", "2", "q")),
+                           RowChange(ts(5), "db2", "t", "update", before=("1", "1", "p"), after=("2", "1", "p"),
+                                     seq=1)], columnar)
         sink.flush()
         assert pk_rows(downstream) == [(2, 1, "p"), (3, 2, "q")]
         # Three-statement swap of two rows' keys, and a unique-key swap through a temporary value,
         # netted to one change per key as the pipeline does before any sink.
-        sink.write_rows(info, net_changes_per_key(info, [
+        write(sink, info, net_changes_per_key(info, [
             RowChange(ts(6), "db2", "t", "update", before=("2", "1", "p"), after=("9", "1", "p"), seq=0),
             RowChange(ts(6), "db2", "t", "update", before=("3", "2", "q"), after=("2", "2", "q"), seq=1),
             RowChange(ts(6), "db2", "t", "update", before=("9", "1", "p"), after=("3", "1", "p"), seq=2),
             RowChange(ts(6), "db2", "t", "update", before=("3", "1", "p"), after=("3", "1", "tmp"), seq=3),
             RowChange(ts(6), "db2", "t", "update", before=("2", "2", "q"), after=("2", "2", "p"), seq=4),
             RowChange(ts(6), "db2", "t", "update", before=("3", "1", "tmp"), after=("3", "1", "q"), seq=5),
-        ]))
+        ]), columnar)
         sink.flush()
         assert pk_rows(downstream) == [(2, 2, "p"), (3, 1, "q")]
 
 
-def test_safe_mode_with_missing_rows(downstream):
+@ENTRIES
+def test_safe_mode_with_missing_rows(downstream, columnar):
     with open_sink(downstream, "safe-mode=true") as sink:
         info = setup_table(sink, downstream, "db2", PK_TABLE, "t")
         # Updates and deletes of rows the downstream never had: REPLACE creates, DELETE is a no-op.
-        sink.write_rows(info, [
+        write(sink, info, [
             RowChange(ts(3), "db2", "t", "update", before=("1", "1", "a"), after=("1", "5", "a")),
             RowChange(ts(3), "db2", "t", "delete", before=("7", "7", "z"), seq=1),
             RowChange(ts(3), "db2", "t", "insert", after=("8", "8", "h"), seq=2),
-        ])
-        sink.write_rows(info, [RowChange(ts(4), "db2", "t", "insert", after=("8", "9", "h"))])
+            RowChange(ts(4), "db2", "t", "insert", after=("8", "9", "h")),
+        ], columnar)
         sink.flush()
         assert pk_rows(downstream) == [(1, 5, "a"), (8, 9, "h")]
 
@@ -217,13 +236,14 @@ def test_ddl_replay_is_idempotent_and_uses_upstream_time(downstream):
             sink.write_ddl(ddl(8, "db3", "t", "ALTER TABLE t ADD COLUMN bad NOSUCHTYPE", "add column"))
 
 
-def test_parallel_writers_keep_per_key_order(downstream):
+@ENTRIES
+def test_parallel_writers_keep_per_key_order(downstream, columnar):
     """Many small transactions over a few hot keys through 8 workers: the last write wins per key."""
     with make_sink(downstream.uri + "?worker-count=8&max-txn-row=16", ReplicaConfig()) as sink:
         info = setup_table(sink, downstream, "db4",
                            "CREATE TABLE t (a INT PRIMARY KEY, v INT, u INT NOT NULL, UNIQUE KEY (u))", "t")
         state: dict[int, tuple[str, str, str]] = {}
-        n = 10
+        n, batch = 10, []
         for i in range(600):
             key = i % 37
             seq = 0
@@ -239,7 +259,10 @@ def test_parallel_writers_keep_per_key_order(downstream):
             else:
                 rows.append(RowChange(ts(n), "db4", "t", "update", before=old, after=new, seq=seq))
                 state[key] = new
-            sink.write_rows(info, rows)
+            batch.extend(rows)
+            if len(batch) >= 50 or i == 599:  # columnar: a run of many transactions at once
+                write(sink, info, batch, columnar)
+                batch = []
             n += 1
         sink.flush()
         conn = downstream.connect("db4")

@@ -9,6 +9,9 @@ background, see async_ddl.py). A transaction at or before `replicating_ts` may a
 downstream (a replay), so it is written idempotently: updates split, inserts as REPLACE. If a
 plain INSERT still meets a duplicate key (a replay the window did not cover), the worker rolls
 back and writes the same transactions idempotently.
+
+Transactions come either as RowChanges (`write_rows`) or, from the batch writer's columnar path,
+as Arrow columns (`write_arrow`, columnar.py): both give the same conflict keys and SQL text.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+import pyarrow as pa
 import pymysql
 
 from sparkcdc.config.replica import ReplicaConfig
@@ -34,6 +38,7 @@ from sparkcdc.sink.mysql.async_ddl import (
     AsyncIndexBuilds,
 )
 from sparkcdc.sink.mysql.causality import ConflictDetector, KeySpace, Ticket
+from sparkcdc.sink.mysql.columnar import ArrowRun, ArrowTransaction, statement_text, transaction_key_sets, transactions_of
 from sparkcdc.sink.mysql.config import MySQLSinkConfig, parse_mysql_sink_uri
 from sparkcdc.sink.mysql.connection import (
     DUPLICATE_ENTRY,
@@ -45,7 +50,7 @@ from sparkcdc.sink.mysql.connection import (
     detect_flavor,
 )
 from sparkcdc.sink.mysql.error_codes import error_number, is_ddl_already_applied, is_retryable
-from sparkcdc.sink.mysql.sql import RESET_TIMESTAMP, PlanOptions, Statement, ddl_prelude, plan_transaction, render
+from sparkcdc.sink.mysql.sql import RESET_TIMESTAMP, PlanOptions, Statement, ddl_prelude, plan_transaction
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +82,7 @@ class TableMeta:
 class _Work:
     ticket: Ticket
     info: TableInfo
-    rows: Sequence[RowChange]
+    rows: Sequence[RowChange] | ArrowTransaction
     idempotent: bool  # replay window or safe mode
     unique_keys: tuple[tuple[str, ...], ...]
 
@@ -133,14 +138,18 @@ class _Writer(threading.Thread):
         close_quietly(self.connection)
         self.connection = None
 
-    def _plan(self, batch: list[_Work], force_idempotent: bool) -> list[list[Statement]]:
+    def _plan(self, batch: list[_Work], force_idempotent: bool) -> list[list]:
         sink = self.sink
         chunks: list[list[Statement]] = [[]]
         rows_in_chunk = 0
         for item in batch:
             idempotent = item.idempotent or force_idempotent
             options = sink.plan_options(idempotent)
-            for statement in plan_transaction(item.info, item.rows, options, item.unique_keys):
+            if isinstance(item.rows, ArrowTransaction):
+                statements = item.rows.plan(options, item.unique_keys)
+            else:
+                statements = plan_transaction(item.info, item.rows, options, item.unique_keys)
+            for statement in statements:
                 # transaction-atomicity=none may cut a large transaction at statement borders;
                 # =table keeps each upstream transaction whole in one downstream transaction.
                 if (sink.config.transaction_atomicity == "none" and chunks[-1]
@@ -196,9 +205,9 @@ class _Writer(threading.Thread):
         except Exception:
             self._close()
 
-    def _execute(self, statements: list[Statement]) -> None:
+    def _execute(self, statements: list) -> None:
         connection = self.connection
-        texts = [render(s.sql, s.args, connection.escape) for s in statements]
+        texts = [statement_text(s, connection) for s in statements]
         with connection.cursor() as cursor:
             if self.sink.config.multi_stmt_enable and sum(map(len, texts)) < MULTI_STATEMENT_LIMIT:
                 cursor.execute("BEGIN;" + ";".join(texts) + ";COMMIT")
@@ -354,6 +363,24 @@ class MySQLSink:
             ticket = self.detector.acquire(keys)
             self._writers[ticket.worker].queue.put(
                 _Work(ticket, table, transaction, idempotent, meta.unique_keys))
+            self._raise_if_failed()
+
+    accepts_arrow = True  # the batch writer's columnar path: write_arrow
+
+    def write_arrow(self, table: TableInfo, commit_ts: pa.Array, ops: pa.Array, before: pa.Array,
+                    after: pa.Array) -> None:
+        """`write_rows` for whole transactions as Arrow columns (each already one change per key,
+        as netting leaves them): the same keys, order and SQL, without a RowChange per row."""
+        self._raise_if_failed()
+        if not len(ops):
+            return
+        meta = self.table_meta(table)
+        run = ArrowRun(table, commit_ts, ops, before, after)
+        for transaction, keys in zip(transactions_of(run), transaction_key_sets(meta.key_space, run)):
+            first_commit_ts = run.commit_ts[transaction.low].as_py()
+            idempotent = self.config.safe_mode or first_commit_ts <= self.replicating_ts
+            ticket = self.detector.acquire(keys)
+            self._writers[ticket.worker].queue.put(_Work(ticket, table, transaction, idempotent, meta.unique_keys))
             self._raise_if_failed()
 
     def flush(self) -> None:
