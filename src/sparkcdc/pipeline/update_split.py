@@ -56,10 +56,14 @@ def split_key_updates(table: TableInfo, rows: Sequence[RowChange]) -> list[RowCh
 def transactions_split_changes(table: TableInfo, commit_ts: pa.Array, ops: pa.Array,
                                before: pa.Array, after: pa.Array) -> pa.Array:
     """The commit_ts of every transaction `split_key_updates` would change (with repeats): one
-    with an update that changes a primary-key, unique-key or handle-key value."""
-    is_update = pc.equal(ops, "update")
-    split = pa.array(np.zeros(len(ops), dtype=bool))
+    with an update that changes a primary-key, unique-key or handle-key value. Every update's
+    images hold one value per column."""
+    updates = np.flatnonzero(pc.equal(ops, "update").to_numpy(zero_copy_only=False))
+    split = np.zeros(len(updates), dtype=bool)
+    # Only the updates' key values are read, straight from the images' value arrays.
+    before_starts, after_starts = before.offsets.to_numpy()[updates], after.offsets.to_numpy()[updates]
     for position in _key_positions(table):
-        split = pc.or_(split, pc.and_(is_update, values_differ(pc.list_element(before, position),
-                                                               pc.list_element(after, position))))
-    return commit_ts.filter(split)
+        old = before.values.take(pa.array(before_starts + position))
+        new = after.values.take(pa.array(after_starts + position))
+        split |= values_differ(old, new).to_numpy(zero_copy_only=False)
+    return commit_ts.take(pa.array(updates[split]))
