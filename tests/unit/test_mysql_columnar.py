@@ -16,7 +16,7 @@ from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.sink.mysql.causality import KeySpace
-from sparkcdc.sink.mysql.columnar import ArrowRun, statement_text, transaction_key_sets, transactions_of
+from sparkcdc.sink.mysql.columnar import ArrowRun, arrow_run_of, statement_text, transaction_key_sets, transactions_of
 from sparkcdc.sink.mysql.sql import PlanOptions, plan_transaction, render
 
 IMAGE = pa.list_(pa.field("element", pa.string()))
@@ -113,9 +113,11 @@ def cases(draw):
 
 
 def arrow_run(info: TableInfo, transactions: list[list[RowChange]]) -> ArrowRun:
+    """The run the sink makes of RowChanges (write_rows), equal to the batch writer's columns."""
     rows = [row for transaction in transactions for row in transaction]
-    return ArrowRun(info, pa.array([r.commit_ts for r in rows], pa.int64()), pa.array([r.op for r in rows]),
-                    pa.array([r.before for r in rows], IMAGE), pa.array([r.after for r in rows], IMAGE))
+    run = arrow_run_of(info, rows)
+    assert run is not None
+    return run
 
 
 def connection(no_backslash_escapes: bool):
@@ -134,7 +136,8 @@ def test_columnar_statements_equal_the_rowchange_path(case, no_backslash_escapes
     planned = transactions_of(run)
     assert [len(t) for t in planned] == [len(t) for t in transactions]
     for transaction, rows in zip(planned, transactions):
-        expected = [(render(s.sql, s.args, conn.escape), s.rows) for s in plan_transaction(info, rows, options, unique_keys)]
+        expected = [(render(s.sql, s.args, conn.escape), s.rows)
+                    for s in plan_transaction(info, rows, options, unique_keys)]
         got = [(statement_text(s, conn), s.rows) for s in transaction.plan(options, unique_keys)]
         assert got == expected
 
@@ -161,3 +164,22 @@ def test_values_int_would_rewrite_take_the_connections_quoting():
     run = arrow_run(info, [[RowChange(1, "d", "t", "insert", None, ("007", str(Decimal("1.50"))), 0)]])
     statement, = transactions_of(run)[0].plan(PlanOptions())
     assert statement_text(statement, connection(False)).endswith("VALUES (7,1.50)")
+
+
+def test_rows_arrow_cannot_hold_keep_the_rowchange_planner():
+    info = TableInfo("d", "t", 1, (ColumnInfo("id", "int"), ColumnInfo("s", "varchar")), 1, handle_key=("id",))
+    assert arrow_run_of(info, [RowChange(1, "d", "t", "insert", None, ("1", "ok"), 0)]) is not None
+    assert arrow_run_of(info, [RowChange(1, "d", "t", "insert", None, ("1", "lone \udc80"), 0)]) is None
+    assert arrow_run_of(info, [RowChange(1, "d", "t", "delete", ("1",), None, 0)]) is None  # too narrow
+
+
+def test_columns_from_the_batch_writer_equal_the_converted_rows():
+    info = TableInfo("d", "t", 1, (ColumnInfo("id", "int"), ColumnInfo("s", "varchar")), 1, handle_key=("id",))
+    rows = [RowChange(1, "d", "t", "insert", None, ("1", "a"), 0),
+            RowChange(2, "d", "t", "update", ("1", "a"), ("1", "b"), 0)]
+    columns = ArrowRun(info, pa.array([1, 2], pa.int64()), pa.array(["insert", "update"]),
+                       pa.array([None, ["1", "a"]], IMAGE), pa.array([["1", "a"], ["1", "b"]], IMAGE))
+    texts = [[statement_text(s, connection(False)) for s in t.plan(PlanOptions())]
+             for run in (columns, arrow_run_of(info, rows)) for t in transactions_of(run)]
+    assert texts[:2] == texts[2:] == [["INSERT INTO `d`.`t` (`id`,`s`) VALUES (1,'a')"],
+                                       ["UPDATE `d`.`t` SET `id` = 1, `s` = 'b' WHERE `id` = 1 LIMIT 1"]]

@@ -213,7 +213,10 @@ class ArrowRun:
         self.ops = ops
         self.before = before
         self.after = after
-        self.codes = pc.index_in(ops, value_set=_OP_CODES).to_numpy(zero_copy_only=False)
+        codes = pc.index_in(ops, value_set=_OP_CODES)
+        if codes.null_count:
+            raise ValueError(f"unknown row op in {set(ops.to_pylist()) - set(_OP_CODES.to_pylist())}")
+        self.codes = codes.to_numpy(zero_copy_only=False)
         self.transactions = _runs(commit_ts.to_numpy(zero_copy_only=False))
         self._raw: dict[tuple[int, int], pa.Array] = {}
         self._pieces: dict[bool, _Pieces] = {}
@@ -234,6 +237,7 @@ class ArrowRun:
         return values
 
     def row_changes(self, low: int, high: int) -> list[RowChange]:
+        """Rows [low, high) as RowChanges (seq: the position in the slice)."""
         info = self.info
         before, after = self.before[low:high].to_pylist(), self.after[low:high].to_pylist()
         ops = self.ops[low:high].to_pylist()
@@ -363,16 +367,35 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[start:start + size] for start in range(0, len(items), size)]
 
 
-def statement_text(statement, connection) -> str:
+def statement_text(statement: Statement | ArrowStatement, connection) -> str:
     """What goes over the wire for a planned statement of either path."""
     if isinstance(statement, ArrowStatement):
         return statement.text(connection)
     return render(statement.sql, statement.args, connection.escape)
 
 
+_IMAGE = pa.list_(pa.field("element", pa.string()))
+
+
+def arrow_run_of(info: TableInfo, rows: Sequence[RowChange]) -> Optional[ArrowRun]:
+    """RowChanges as a run, so they take the columnar planner too (converting costs less than
+    the per-value Python it saves); None when they cannot be Arrow text (a lone surrogate) or
+    an image has the wrong width: those keep sql.py's path, which reports a malformed row."""
+    try:
+        before = pa.array([r.before for r in rows], _IMAGE)
+        after = pa.array([r.after for r in rows], _IMAGE)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    width = len(info.columns)
+    for images in (before, after):
+        lengths = pc.list_value_length(images)
+        if pc.any(pc.not_equal(lengths, width)).as_py():
+            return None
+    return ArrowRun(info, pa.array([r.commit_ts for r in rows], pa.int64()), pa.array([r.op for r in rows]),
+                    before, after)
+
+
 def transactions_of(run: ArrowRun) -> list[ArrowTransaction]:
+    """The run's upstream transactions: runs of one commit_ts, as sink._transactions groups RowChanges."""
     return [ArrowTransaction(run, low, high) for low, high in run.transactions]
 
-
-__all__ = ["ArrowRun", "ArrowStatement", "ArrowTransaction", "Statement", "statement_text", "transaction_key_sets",
-           "transactions_of"]

@@ -38,7 +38,14 @@ from sparkcdc.sink.mysql.async_ddl import (
     AsyncIndexBuilds,
 )
 from sparkcdc.sink.mysql.causality import ConflictDetector, KeySpace, Ticket
-from sparkcdc.sink.mysql.columnar import ArrowRun, ArrowTransaction, statement_text, transaction_key_sets, transactions_of
+from sparkcdc.sink.mysql.columnar import (
+    ArrowRun,
+    ArrowTransaction,
+    arrow_run_of,
+    statement_text,
+    transaction_key_sets,
+    transactions_of,
+)
 from sparkcdc.sink.mysql.config import MySQLSinkConfig, parse_mysql_sink_uri
 from sparkcdc.sink.mysql.connection import (
     DUPLICATE_ENTRY,
@@ -352,9 +359,14 @@ class MySQLSink:
         return meta
 
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
-        """Queue whole transactions of one table; conflicting ones keep their order."""
+        """Queue whole transactions of one table; conflicting ones keep their order. Rows of a
+        keyed table go the columnar way too (columnar.arrow_run_of)."""
         self._raise_if_failed()
         if not rows:
+            return
+        run = arrow_run_of(table, rows) if table.has_valid_index else None
+        if run is not None:
+            self._queue_run(table, run)
             return
         meta = self.table_meta(table)
         for transaction in _transactions(rows):
@@ -372,10 +384,11 @@ class MySQLSink:
         """`write_rows` for whole transactions as Arrow columns (each already one change per key,
         as netting leaves them): the same keys, order and SQL, without a RowChange per row."""
         self._raise_if_failed()
-        if not len(ops):
-            return
+        if len(ops):
+            self._queue_run(table, ArrowRun(table, commit_ts, ops, before, after))
+
+    def _queue_run(self, table: TableInfo, run: ArrowRun) -> None:
         meta = self.table_meta(table)
-        run = ArrowRun(table, commit_ts, ops, before, after)
         for transaction, keys in zip(transactions_of(run), transaction_key_sets(meta.key_space, run)):
             first_commit_ts = run.commit_ts[transaction.low].as_py()
             idempotent = self.config.safe_mode or first_commit_ts <= self.replicating_ts
