@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pymysql
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
@@ -173,13 +174,24 @@ def test_rows_arrow_cannot_hold_keep_the_rowchange_planner():
     assert arrow_run_of(info, [RowChange(1, "d", "t", "delete", ("1",), None, 0)]) is None  # too narrow
 
 
-def test_columns_from_the_batch_writer_equal_the_converted_rows():
-    info = TableInfo("d", "t", 1, (ColumnInfo("id", "int"), ColumnInfo("s", "varchar")), 1, handle_key=("id",))
-    rows = [RowChange(1, "d", "t", "insert", None, ("1", "a"), 0),
-            RowChange(2, "d", "t", "update", ("1", "a"), ("1", "b"), 0)]
-    columns = ArrowRun(info, pa.array([1, 2], pa.int64()), pa.array(["insert", "update"]),
-                       pa.array([None, ["1", "a"]], IMAGE), pa.array([["1", "a"], ["1", "b"]], IMAGE))
+@pytest.mark.parametrize("image_type", [IMAGE, pa.large_list(pa.large_string()), pa.list_(pa.large_string())],
+                         ids=["string", "large", "large-values"])
+def test_columns_from_the_batch_writer_equal_the_converted_rows(image_type):
+    """Whatever string types the batch's columns have (Spark may give large ones)."""
+    info = TableInfo("d", "t", 1, (ColumnInfo("id", "int"), ColumnInfo("s", "varchar"), ColumnInfo("f", "double")), 1,
+                     handle_key=("id",))
+    rows = [RowChange(1, "d", "t", "insert", None, ("1", "a'", "1.5"), 0),
+            RowChange(2, "d", "t", "update", ("1", "a'", "1.5"), ("1", None, "2"), 0),
+            RowChange(3, "d", "t", "delete", (None, "x", None), None, 0)]
+    ops = pa.array(["insert", "update", "delete"], pa.large_string())
+    columns = ArrowRun(info, pa.array([1, 2, 3], pa.int64()), ops,
+                       pa.array([None, ["1", "a'", "1.5"], [None, "x", None]], image_type),
+                       pa.array([["1", "a'", "1.5"], ["1", None, "2"], None], image_type))
     texts = [[statement_text(s, connection(False)) for s in t.plan(PlanOptions())]
              for run in (columns, arrow_run_of(info, rows)) for t in transactions_of(run)]
-    assert texts[:2] == texts[2:] == [["INSERT INTO `d`.`t` (`id`,`s`) VALUES (1,'a')"],
-                                       ["UPDATE `d`.`t` SET `id` = 1, `s` = 'b' WHERE `id` = 1 LIMIT 1"]]
+    assert texts[:3] == texts[3:] == [
+        ["INSERT INTO `d`.`t` (`id`,`s`,`f`) VALUES (1,'a\\'',1.5e0)"],
+        ["UPDATE `d`.`t` SET `id` = 1, `s` = NULL, `f` = 2.0e0 WHERE `id` = 1 LIMIT 1"],
+        ["DELETE FROM `d`.`t` WHERE `id` IS NULL AND `s` = 'x' AND `f` IS NULL LIMIT 1"]]
+    key_space = KeySpace.for_table(info)
+    assert transaction_key_sets(key_space, columns) == [key_space.transaction_keys([row]) for row in rows]

@@ -47,6 +47,13 @@ _QUOTE_ESCAPES = (("'", "''"),)  # the server runs with NO_BACKSLASH_ESCAPES
 _NEEDS_BACKSLASH_ESCAPE = "[\\x00\\\\\\n\\r\\x1a\"']"
 # Integer text that int() prints back unchanged: then the text itself is the literal.
 _CANONICAL_INTEGER = "^(0|-?[1-9][0-9]*)$"
+# Values are worked on as large_string whatever the batch's string type (Spark may give either):
+# one kernel type, and a run's joined text may pass 2 GiB.
+_TEXT = pa.large_string()
+
+
+def _text(value: str) -> pa.Scalar:
+    return pa.scalar(value, _TEXT)
 
 
 def _runs(values: np.ndarray) -> list[tuple[int, int]]:
@@ -94,7 +101,7 @@ def transaction_key_sets(key_space: KeySpace, columns: "ArrowRun") -> list[set[i
                 values = columns.raw(side, position)
                 usable &= values.is_valid().to_numpy(zero_copy_only=False)
                 if position in key_space.folded:
-                    values = pa.array([None if v is None else fold_text(v) for v in values.to_pylist()], pa.string())
+                    values = pa.array([None if v is None else fold_text(v) for v in values.to_pylist()], _TEXT)
                 state = _fnv_constant(_fnv_update(state, values), b"\0")
             hashes.append(_fnv_constant(state, struct.pack(">qq", number, key_space.table_id)))
             valid.append(usable)
@@ -118,8 +125,8 @@ def _literals(column: ColumnInfo, values: pa.Array, no_backslash_escapes: bool,
         if pc.any(pc.match_substring_regex(values, needs)).as_py():
             for old, new in (_QUOTE_ESCAPES if no_backslash_escapes else _BACKSLASH_ESCAPES):
                 values = pc.replace_substring(values, old, new)
-        return pc.fill_null(pc.binary_join_element_wise("'", values, "'", ""), "NULL")
-    return pa.array([escape(to_parameter(column, v)) for v in values.to_pylist()], pa.string())
+        return pc.fill_null(pc.binary_join_element_wise(_text("'"), values, _text("'"), _text("")), "NULL")
+    return pa.array([escape(to_parameter(column, v)) for v in values.to_pylist()], _TEXT)
 
 
 class _Pieces:
@@ -155,7 +162,7 @@ class _Pieces:
         as a list over every row of the run: None for rows not in `rows`."""
         out = np.full(len(self._run), None, dtype=object)
         if len(rows):
-            out[rows] = (pc.binary_join_element_wise(*parts, separator).to_pylist() if parts
+            out[rows] = (pc.binary_join_element_wise(*parts, _text(separator)).to_pylist() if parts
                          else [""] * len(rows))
         return out.tolist()
 
@@ -171,8 +178,8 @@ class _Pieces:
     def _assignments(self) -> list[Optional[str]]:
         rows = np.flatnonzero(self._run.codes == UPDATE)
         take = pa.array(rows)
-        return self._scattered(rows, [pc.binary_join_element_wise(quote_name(c.name) + " = ",
-                                                                  self._rows_literal("after", p, take), "")
+        return self._scattered(rows, [pc.binary_join_element_wise(_text(quote_name(c.name) + " = "),
+                                                                  self._rows_literal("after", p, take), _text(""))
                                       for p, c in self._columns], ", ")
 
     def _where(self) -> list[Optional[str]]:
@@ -185,16 +192,18 @@ class _Pieces:
             handle_null |= run.raw(run.before, p).is_null().to_numpy(zero_copy_only=False)
         by_handle = np.flatnonzero(has_before & ~handle_null)
         take = pa.array(by_handle)
-        where = self._scattered(by_handle, [pc.binary_join_element_wise(quote_name(info.columns[p].name) + " = ",
-                                                                        self._rows_literal("before", p, take), "")
-                                            for p in handle], " AND ")
+        where = self._scattered(by_handle, [
+            pc.binary_join_element_wise(_text(quote_name(info.columns[p].name) + " = "),
+                                        self._rows_literal("before", p, take), _text(""))
+            for p in handle], " AND ")
         every = np.flatnonzero(has_before & handle_null)
         if len(every):
             take = pa.array(every)
             every_where = self._scattered(every, [
-                pc.binary_join_element_wise(quote_name(c.name),
-                                            pc.if_else(pc.is_null(run.raw(run.before, p).take(take)), "IS", "="),
-                                            self._rows_literal("before", p, take), " ")
+                pc.binary_join_element_wise(_text(quote_name(c.name)),
+                                            pc.if_else(pc.is_null(run.raw(run.before, p).take(take)), _text("IS"),
+                                                       _text("=")),
+                                            self._rows_literal("before", p, take), _text(" "))
                 for p, c in self._columns], " AND ")
             for row in every.tolist():
                 where[row] = every_where[row]
@@ -233,7 +242,7 @@ class ArrowRun:
         cache_key = (id(side), position)
         values = self._raw.get(cache_key)
         if values is None:
-            values = self._raw[cache_key] = pc.list_element(side, position)
+            values = self._raw[cache_key] = pc.list_element(side, position).cast(_TEXT)
         return values
 
     def row_changes(self, low: int, high: int) -> list[RowChange]:
