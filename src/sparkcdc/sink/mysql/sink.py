@@ -137,8 +137,12 @@ class _Writer(threading.Thread):
             except BaseException as exc:  # recorded; flush() raises it in the caller's thread
                 self.sink._fail(exc)
             finally:
-                for item in batch:
-                    self.sink.detector.release(item.ticket)
+                tickets = [item.ticket for item in batch]
+                # Dropped before the release that may let flush() return: a finished run's
+                # columns and SQL pieces must not wait here for this worker's next transaction.
+                batch = work = more = None
+                for ticket in tickets:
+                    self.sink.detector.release(ticket)
         self._close()
 
     def _close(self) -> None:
