@@ -10,10 +10,12 @@ metadata store. A crash anywhere before that replays the batch from the previous
 duplicates, never gaps.
 
 Rows are grouped with Arrow compute (`tables_of`). A sink that takes Arrow columns (the storage
-sink, and the Kafka sink with canal-json: `accepts_arrow`, `write_arrow`) gets every transaction that netting, update split and the
-filters would pass unchanged as columns, encoded without a Python object per row; only the other
-transactions (a key touched twice, a key-moving or no-op update, a filtered or projected table),
-and every row for other sinks or with a redo log, become RowChanges.
+sink, the Kafka sink with canal-json, and the MySQL sink: `accepts_arrow`, `write_arrow`) gets
+every transaction that netting, update split and the filters would pass unchanged as columns,
+encoded or rendered without a Python object per row; only the other transactions (in a
+transaction of two or more rows a key touched twice or a key-moving or no-op update; a key change
+the sink splits; a filtered or projected table), and every row for other sinks or with a redo
+log, become RowChanges.
 """
 
 from __future__ import annotations
