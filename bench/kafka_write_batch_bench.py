@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from write_batch_bench import batches, workload, write_all  # noqa: E402
+from write_batch_bench import batches, print_best, workload, write_all  # noqa: E402
 
 from sparkcdc.config.replica import parse_replica_config  # noqa: E402
 from sparkcdc.sink.kafka.sink import KafkaSink  # noqa: E402
@@ -88,11 +88,7 @@ def main() -> int:
                 run(KafkaSink, tables, uri, config_toml, profile=True)
         finally:
             broker.stop()
-    for name, (cpu, wall) in best.items():
-        print(f"{name:>10}: {cpu:6.2f} CPU s = {cpu / rows * 1e6:6.2f} CPU us/row, {rows / wall:9,.0f} rows/s wall "
-              f"(best of {args.rounds})")
-    print(f"columnar / row-change CPU: {best['columnar'][0] / best['row-change'][0]:.2f}")
-    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print_best(best, rows, args.rounds)
     return 0
 
 

@@ -29,7 +29,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from write_batch_bench import TABLE, WORKLOADS, Index, batches  # noqa: E402
+from write_batch_bench import TABLE, WORKLOADS, Index, batches, print_best  # noqa: E402
 
 from sparkcdc.config.replica import ReplicaConfig  # noqa: E402
 from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
@@ -161,11 +161,7 @@ def main() -> int:
             server.stop()
     if not args.rounds:
         return 0
-    for name, (cpu, wall) in best.items():
-        print(f"{name:>10}: {cpu:6.2f} CPU s = {cpu / rows * 1e6:6.2f} CPU us/row, {rows / wall:9,.0f} rows/s wall "
-              f"(best of {args.rounds})")
-    print(f"columnar / row-change CPU: {best['columnar'][0] / best['row-change'][0]:.2f}")
-    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print_best(best, rows, args.rounds)
     return 0
 
 

@@ -178,6 +178,15 @@ def tree(root: str) -> dict[str, bytes]:
     return found
 
 
+def print_best(best: dict[str, tuple[float, float]], rows: int, rounds: int) -> None:
+    """Each path's best (CPU s, wall s) per row, the columnar / row-change CPU ratio and the load
+    average: the summary of the benches that write through a sink with a broker or server."""
+    for name, (cpu, wall) in best.items():
+        print(f"{name:>10}: {cpu:6.2f} CPU s = {cpu / rows * 1e6:6.2f} CPU us/row, {rows / wall:9,.0f} rows/s wall "
+              f"(best of {rounds})")
+    print(f"columnar / row-change CPU: {best['columnar'][0] / best['row-change'][0]:.2f}")
+    print("load average after: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100_000)
