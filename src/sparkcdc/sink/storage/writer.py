@@ -228,12 +228,13 @@ class StorageSink:
 
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
         """Buffer rows (ordered by commit_ts, seq; whole transactions) of one table version."""
-        start = 0
+        encoded, start = [], 0
         for end in range(1, len(rows) + 1):
             if end < len(rows) and rows[end].commit_ts == rows[start].commit_ts:
                 continue
-            self._append_transaction(table, self._encoder.encode_rows(table, rows[start:end]))
+            encoded.append(self._encoder.encode_rows(table, rows[start:end]))
             start = end
+        self._append_transactions(table, encoded)
 
     @property
     def accepts_arrow(self) -> bool:
@@ -247,21 +248,11 @@ class StorageSink:
         encoded = self._encoder.encode_arrow(table, commit_ts, ops, before, after)
         self._append_transactions(table, [transaction for _, transaction in encoded])
 
-    def _append_transaction(self, table: TableInfo, encoded: bytes) -> None:
-        """Buffer one encoded transaction; the buffer becomes a file once it reaches file-size,
-        so a transaction never spans two files."""
-        key = (table.schema, table.table, table.version)
-        buffer = self._buffers.setdefault(key, _Buffer(table))
-        buffer.table = table
-        buffer.chunks.append(encoded)
-        buffer.size += len(encoded)
-        if buffer.size >= self.sink.cloud_storage_config.file_size:
-            self._write_buffer(key)
-
     def _append_transactions(self, table: TableInfo, encoded: list[bytes]) -> None:
-        """`_append_transaction` for each of `encoded` in order, without a Python call per
-        transaction (a run of single-row transactions is ~1 µs each that way): the running sizes
-        find the transactions at which the buffer reaches file-size."""
+        """Buffer encoded transactions in order; the buffer becomes a file right after the
+        transaction that makes it reach file-size, so a transaction never spans two files. The
+        running sizes find those transactions without a Python call per transaction (a run of
+        single-row transactions was ~1 µs each that way)."""
         key = (table.schema, table.table, table.version)
         file_size = self.sink.cloud_storage_config.file_size
         ends = list(accumulate(map(len, encoded)))  # bytes up to and including each transaction
