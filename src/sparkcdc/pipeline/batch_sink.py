@@ -37,6 +37,7 @@ from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_
 from sparkcdc.pipeline.source import RANGE_MARKER
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
+from sparkcdc.sink.codec.arrow_input import OP_NAMES, runs_of_equal
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -87,12 +88,6 @@ def _row_changes(schema: str, table: str, rows: pa.Table) -> list[RowChange]:
             for commit_ts, seq, op, before, after in zip(*(rows[c].to_pylist() for c in _ROW_COLUMNS))]
 
 
-def _runs_of_equal(values: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) of each run of equal consecutive values."""
-    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
-    return list(zip(borders, borders[1:])) if len(values) else []
-
-
 def _in_order(codes: np.ndarray, commit_ts: np.ndarray, seq: np.ndarray) -> bool:
     """Whether the rows are already sorted by (code, commit_ts, seq)."""
     same_code, same_ts = codes[1:] == codes[:-1], commit_ts[1:] == commit_ts[:-1]
@@ -121,7 +116,7 @@ def tables_of(batch: pa.Table) -> list[TableRows]:
         order = pc.sort_indices(keys, [("code", "ascending"), ("commit_ts", "ascending"), ("seq", "ascending")])
         rows, codes = batch.select(_ROW_COLUMNS).take(order), code.take(order).to_numpy()
     groups = []
-    for low, high in _runs_of_equal(codes):
+    for low, high in runs_of_equal(codes):
         table_code = int(codes[low])
         if table_code >= 0:
             first = low if order is None else order[low].as_py()  # a stable sort: ties keep batch order
@@ -276,7 +271,7 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink | ArrowRo
     columns = [table_rows.rows[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")]
     rewritten = _transactions_rewritten(info, *columns, split_updates).to_numpy(zero_copy_only=False)
     written = 0
-    for low, high in _runs_of_equal(rewritten):
+    for low, high in runs_of_equal(rewritten):
         if rewritten[low]:
             run = table_rows.rows.slice(low, high - low)
             planned_info, changes = _planned_rows(info, _row_changes(table_rows.schema, table_rows.table, run),
@@ -289,8 +284,7 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink | ArrowRo
     return written
 
 
-_OP_NAMES = pa.array(["insert", "update", "delete"])
-# Per op code (its index in _OP_NAMES), whether the op has a before and an after image.
+# Per op code (its index in OP_NAMES), whether the op has a before and an after image.
 _HAS_BEFORE = np.array([False, True, True])
 _HAS_AFTER = np.array([True, True, False])
 
@@ -310,7 +304,7 @@ def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array,
 def _well_formed(ops: pa.Array, before: pa.Array, after: pa.Array, width: int) -> bool:
     """Whether every row has a known op and exactly the images it has (each one value per
     column)."""
-    codes = pc.index_in(ops, value_set=_OP_NAMES)
+    codes = pc.index_in(ops, value_set=OP_NAMES)
     if codes.null_count:
         return False
     codes = codes.to_numpy()

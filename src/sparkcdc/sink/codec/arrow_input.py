@@ -9,12 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkcdc.model.events import RowChange, TableInfo
 
-_OP_NAMES = pa.array(["insert", "update", "delete"])
+# A row's op code is its op's index here (0 insert, 1 update, 2 delete): what native encoders
+# read, and what the batch writer's and the MySQL sink's columnar checks compute.
+OP_NAMES = pa.array(["insert", "update", "delete"])
 _IMAGE_TYPE = pa.list_(pa.string())
 
 
@@ -55,7 +58,7 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after, check_widths: bo
                          f"({len(commit_ts)}, {len(ops)}, {len(before)}, {len(after)})")
     if commit_ts.null_count:
         raise ValueError("encode_arrow: commit_ts has nulls")
-    codes = pc.index_in(ops, value_set=_OP_NAMES)
+    codes = pc.index_in(ops, value_set=OP_NAMES)
     if codes.null_count:
         unknown = sorted(set(ops.filter(pc.is_null(codes)).to_pylist()), key=str)
         raise ValueError(f"encode_arrow: unknown ops {unknown}; use insert, update or delete")
@@ -66,6 +69,13 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after, check_widths: bo
                 raise ValueError(f"encode_arrow: {name} image of {table.schema}.{table.table} has {length} "
                                  f"values but the table has {len(table.columns)} columns")
     return ArrowRows(commit_ts, codes, before, after)
+
+
+def runs_of_equal(values: np.ndarray) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal consecutive values (of a column in transaction order:
+    each transaction's rows, each table's)."""
+    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
+    return list(zip(borders, borders[1:])) if len(values) else []
 
 
 _EMPTY_OFFSETS = pa.py_buffer(bytes(4))
@@ -95,7 +105,7 @@ def arrow_transactions(table: TableInfo, rows: ArrowRows) -> Iterator[tuple[int,
     reference every columnar encoder must match."""
     changes: list[RowChange] = []
     current = None
-    names = _OP_NAMES.to_pylist()
+    names = OP_NAMES.to_pylist()
     for ts, code, old, new in zip(rows.commit_ts.to_pylist(), rows.op_codes.to_pylist(),
                                   rows.before.to_pylist(), rows.after.to_pylist()):
         if ts != current:

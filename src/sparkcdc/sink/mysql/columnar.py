@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
 from sparkcdc.model.events import INTEGER_TYPES, ColumnInfo, RowChange, TableInfo
+from sparkcdc.sink.codec.arrow_input import OP_NAMES, runs_of_equal
 from sparkcdc.sink.mysql.causality import _FNV_OFFSET, _FNV_PRIME, KeySpace, fnv32a, fold_text
 from sparkcdc.sink.mysql.sql import (
     GEOMETRY_TYPES,
@@ -38,8 +39,7 @@ from sparkcdc.sink.mysql.sql import (
     writable_columns,
 )
 
-INSERT, UPDATE, DELETE = 0, 1, 2
-_OP_CODES = pa.array(["insert", "update", "delete"])
+INSERT, UPDATE, DELETE = 0, 1, 2  # op codes: indexes in OP_NAMES
 # pymysql's converters.escape_string, in the order that keeps it one pass: backslash first.
 _BACKSLASH_ESCAPES = (("\\", "\\\\"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\x1a", "\\Z"),
                       ('"', '\\"'), ("'", "\\'"))
@@ -54,12 +54,6 @@ _TEXT = pa.large_string()
 
 def _text(value: str) -> pa.Scalar:
     return pa.scalar(value, _TEXT)
-
-
-def _runs(values: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) of each run of equal consecutive values."""
-    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
-    return list(zip(borders, borders[1:])) if len(values) else []
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,11 +216,11 @@ class ArrowRun:
         self.ops = ops
         self.before = before
         self.after = after
-        codes = pc.index_in(ops, value_set=_OP_CODES)
+        codes = pc.index_in(ops, value_set=OP_NAMES)
         if codes.null_count:
-            raise ValueError(f"unknown row op in {set(ops.to_pylist()) - set(_OP_CODES.to_pylist())}")
+            raise ValueError(f"unknown row op in {set(ops.to_pylist()) - set(OP_NAMES.to_pylist())}")
         self.codes = codes.to_numpy(zero_copy_only=False)
-        self.transactions = _runs(commit_ts.to_numpy(zero_copy_only=False))
+        self.transactions = runs_of_equal(commit_ts.to_numpy(zero_copy_only=False))
         self._raw: dict[tuple[int, int], pa.Array] = {}
         self._pieces: dict[bool, _Pieces] = {}
         self._key_changes: dict[tuple, np.ndarray] = {}
