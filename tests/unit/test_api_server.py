@@ -176,11 +176,92 @@ def test_create_rolls_back_when_start_fails(api):
 
 
 def test_unknown_route_and_method(api):
-    assert call(api, "GET", "/api/v2/nothing")[0] == 404
+    status, error = call(api, "GET", "/api/v2/nothing")
+    assert status == 404 and error["error_code"] == "SPARKCDC:ErrAPINotFound"
     status, error = call(api, "DELETE", "/api/v2/changefeeds")
-    assert status == 405 and "error_code" in error
+    assert status == 405 and error["error_code"] == "SPARKCDC:ErrAPIMethodNotAllowed"
     status, error = call(api, "GET", "/api/v2/changefeeds/missing")
     assert status == 404 and error["error_code"] == "SPARKCDC:ErrChangefeedNotExists"
+
+
+def raw_exchange(server, request: bytes) -> tuple[int, dict, dict]:
+    """Send bytes as they are (http.client would refuse to); (status, headers, JSON body) of the answer."""
+    import http.client
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(request)
+        response = http.client.HTTPResponse(sock, method=request.split(b" ", 1)[0].decode(errors="replace"))
+        response.begin()
+        body = response.read()
+    return response.status, {k.lower(): v for k, v in response.getheaders()}, json.loads(body) if body else None
+
+
+@pytest.mark.parametrize("method, path, allow", [
+    ("PATCH", "/api/v2/changefeeds", "POST, GET"),
+    ("OPTIONS", "/api/v2/changefeeds", "POST, GET"),
+    ("PATCH", "/api/v2/changefeeds/cf-1", "GET, PUT, DELETE"),
+    ("TRACE", "/api/v2/health", "GET"),
+    ("BREW", "/api/v2/changefeeds/cf-1/pause", "POST"),
+])
+def test_any_method_is_answered_in_json(api, method, path, allow):
+    """http.server answered methods it has no do_X for with an HTML 501 (issue 20)."""
+    request = f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    status, headers, error = raw_exchange(api, request.encode())
+    assert (status, headers["allow"], error["error_code"]) == (405, allow, "SPARKCDC:ErrAPIMethodNotAllowed")
+    assert headers["content-type"].startswith("application/json") and method in error["error_msg"]
+    status, headers, error = raw_exchange(api, f"{method} /api/v2/nothing HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    assert status == 404 and error["error_code"] == "SPARKCDC:ErrAPINotFound"
+
+
+def test_head_gets_headers_only(api):
+    status, headers, body = raw_exchange(api, b"HEAD /api/v2/health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert status == 405 and headers["allow"] == "GET" and body is None
+
+
+@pytest.mark.parametrize("request_bytes, status, words", [
+    (b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "shorten the URL"),
+    (b"GARBAGE\r\n\r\n", 400, "Bad request syntax"),
+    (b"GET /api/v2/health HTTP/1.1 extra\r\n\r\n", 400, "Bad request"),
+    (b"GET /api/v2/health HTTP/1.1\r\n" + b"X-A: b\r\n" * 120 + b"\r\n", 431, "at most 100 header lines"),
+    (b"GET /api/v2/health HTTP/2.0\r\n\r\n", 505, "HTTP/1.1"),
+])
+def test_malformed_requests_get_json_errors(api, request_bytes, status, words):
+    """http.server's own refusals were HTML pages (issue 20); the server keeps serving after them."""
+    got, headers, error = raw_exchange(api, request_bytes)
+    assert got == status and headers["content-type"].startswith("application/json")
+    assert error["error_code"] == "SPARKCDC:ErrAPIInvalidParam" and words in error["error_msg"], error
+    assert call(api, "GET", "/api/v2/health") == (200, {})
+
+
+def test_deeply_nested_body_is_bad_input(api):
+    """100,000 nested `[` were a 500 `maximum recursion depth exceeded` (issue 20)."""
+    for body in (b"[" * 100_000, b'{"changefeed_id": "a", "sink_uri": "blackhole://", "replica_config": '
+                 + b'{"a": ' * 40 + b"1" + b"}" * 41):
+        status, error = call(api, "POST", "/api/v2/changefeeds", raw=body)
+        assert status == 400 and error["error_code"] == "SPARKCDC:ErrAPIInvalidParam", error
+        assert "32 levels deep" in error["error_msg"]
+    assert create(api)[0] == 200  # ordinary nesting still goes through
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("GET", "/api/v2/changefeeds?state=sleeping", None),
+    ("POST", "/api/v2/tso", {"cert_allowed_cn": {}}),  # found by schemathesis: a non-list was taken
+    ("POST", "/api/v2/tso", {"pd_addrs": ["http://pd:2379"]}),
+    ("POST", "/api/v2/verify_table", {"ca_path": []}),
+    ("POST", "/api/v2/verify_table", {"sink_uri": {}}),
+])
+def test_wrong_parameters_are_refused(api, method, path, body):
+    status, error = call(api, method, path, body)
+    assert status == 400 and error["error_code"] == "SPARKCDC:ErrAPIInvalidParam", error
+
+
+def test_list_state_filters_match_the_document():
+    from sparkcdc.api.openapi import PATHS
+    from sparkcdc.api.server import LIST_STATE_FILTERS
+
+    state = next(p for p in PATHS["/api/v2/changefeeds"]["get"]["parameters"] if p["name"] == "state")
+    assert set(state["schema"]["enum"]) == LIST_STATE_FILTERS
 
 
 def test_pause_update_resume_remove(api):

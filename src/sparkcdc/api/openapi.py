@@ -31,7 +31,15 @@ def _object(properties: dict, required: tuple[str, ...] | None = None, extra: bo
 
 
 def _nullable(schema: dict) -> dict:
+    if "$ref" in schema:  # OpenAPI 3.0 ignores siblings of $ref
+        return {"allOf": [schema], "nullable": True}
     return {**schema, "nullable": True}
+
+
+def _request(properties: dict, required: tuple[str, ...] = ()) -> dict:
+    """A request body: as with TiCDC's Go JSON decoding, an optional field may be null (= absent)."""
+    return _object({name: schema if name in required else _nullable(schema) for name, schema in properties.items()},
+                   required=required)
 
 
 def _list_of(item: str) -> dict:
@@ -55,11 +63,11 @@ SCHEMAS: dict[str, dict] = {
         "version": _STR, "git_hash": _STR, "id": _STR, "cluster_id": _STR, "pid": _INT, "is_owner": _BOOL,
         "liveness": {"type": "integer", "enum": [0, 1], "description": "0 alive, 1 stopping"},
     }),
-    "LogLevelReq": _object({"log_level": {"type": "string",
-                                          "enum": ["debug", "info", "warn", "error", "dpanic", "panic", "fatal"]}},
-                           required=("log_level",)),
+    "LogLevelReq": _request({"log_level": {"type": "string",
+                                           "enum": ["debug", "info", "warn", "error", "dpanic", "panic", "fatal"]}},
+                            required=("log_level",)),
     "Tso": _object({"timestamp": _INT, "logic_time": _INT}),
-    "PDConfig": _object(dict(_PD_FIELDS), required=()),
+    "PDConfig": _request(dict(_PD_FIELDS)),
     "Capture": _object({"id": _STR, "is_owner": _BOOL, "address": _STR, "cluster_id": _STR}),
     "CaptureList": _list_of("Capture"),
     "DrainCaptureResp": _object({"current_table_count": _INT}),
@@ -71,7 +79,7 @@ SCHEMAS: dict[str, dict] = {
     "ReplicaConfig": {"type": "object", "additionalProperties": True,
                       "description": "the changefeed config (TiCDC's ReplicaConfig, snake_case keys); "
                                      "unknown keys are refused"},
-    "ChangefeedConfig": _object({
+    "ChangefeedConfig": _request({
         "namespace": _STR,
         "changefeed_id": {"type": "string", "pattern": r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$", "maxLength": 128},
         "start_ts": _TS, "target_ts": _TS,
@@ -79,13 +87,13 @@ SCHEMAS: dict[str, dict] = {
         "replica_config": _ref("ReplicaConfig"),
         **_PD_FIELDS,
     }, required=("sink_uri",)),
-    "UpdateChangefeedConfig": _object({
+    "UpdateChangefeedConfig": _request({
         "namespace": _STR, "target_ts": _TS, "sink_uri": _STR, "replica_config": _ref("ReplicaConfig"),
         **_PD_FIELDS,
-    }, required=()),
-    "ResumeChangefeedConfig": _object({"overwrite_checkpoint_ts": _TS, **_PD_FIELDS}, required=()),
-    "VerifyTableConfig": _object({"replica_config": _ref("ReplicaConfig"), "start_ts": _TS, "sink_uri": _STR,
-                                  **_PD_FIELDS}, required=()),
+    }),
+    "ResumeChangefeedConfig": _request({"overwrite_checkpoint_ts": _TS, **_PD_FIELDS}),
+    "VerifyTableConfig": _request({"replica_config": _ref("ReplicaConfig"), "start_ts": _TS, "sink_uri": _STR,
+                                   **_PD_FIELDS}),
     "TableName": _object({"database_name": _STR, "table_name": _STR, "table_id": {"type": "integer"},
                           "is_partition": _BOOL}),
     "Tables": _object({"ineligible_tables": {"type": "array", "items": _ref("TableName")},
@@ -124,7 +132,7 @@ def _responses(ok: str | None, *errors: int) -> dict:
     }
     descriptions = {400: "bad input: the message names the problem and the fix", 401: "client user required",
                     404: "no such changefeed, capture or processor", 405: "method not allowed",
-                    500: "internal error", 503: "the upstream or the owner is unreachable"}
+                    500: "internal error", 503: "the upstream, the owner, etcd or a MySQL downstream is unreachable"}
     for status in sorted({*errors, 400, 500}):
         responses[str(status)] = {"description": descriptions[status],
                                   "content": {"application/json": {"schema": _ref("HTTPError")}}}
@@ -207,7 +215,8 @@ def openapi_document() -> dict:
             "title": "sparkcdc Open API v2",
             "version": sparkcdc_version(),
             "description": "TiCDC's Open API v2 (routes and JSON shapes of tiflow cdc/api/v2) for a "
-                           "MariaDB/MySQL upstream. Errors are {error_msg, error_code}. With "
+                           "MariaDB/MySQL upstream. Errors are {error_msg, error_code}; a method a path "
+                           "does not list answers 405 with Allow, a malformed request 400, 414, 431 or 505. With "
                            "security.client-user-required, POST/PUT/DELETE (except tso and "
                            "verify_table) need HTTP basic auth.",
         },

@@ -17,6 +17,7 @@ import time
 import urllib.request
 import uuid
 from dataclasses import replace
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Optional, Protocol
 from urllib.parse import parse_qs, urlsplit
@@ -27,7 +28,7 @@ from sparkcdc.config.replica import ReplicaConfig, replica_config_from_dict, rep
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
+from sparkcdc.server.metastore import CHANGEFEED_STATES, ChangefeedInfo, ChangefeedStatus, MetaStore
 from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier, client_ssl_context
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 CHANGEFEED_ID_PATTERN = re.compile(r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$")
 DEFAULT_NAMESPACE = "default"
 MAX_BODY_BYTES = 16 << 20
+# TiCDC's request bodies nest 4-5 levels deep; a deeper one is refused before any handler walks it
+# (100,000 nested `[` used to end in a RecursionError and a 500).
+MAX_JSON_DEPTH = 32
 OPENAPI_PATH = "/api/v2/openapi.json"
 MAX_TS = (1 << 63) - 1  # timestamps are stored as signed 64-bit integers (SQLite, etcd JSON readers)
 # POST routes that change nothing: open without a client user, as in TiCDC.
@@ -42,6 +46,9 @@ READ_ONLY_POSTS = frozenset({"/api/v2/tso", "/api/v2/verify_table"})
 # TiCDC's log levels (zap) and the Python level each maps to.
 LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "error": logging.ERROR,
               "dpanic": logging.CRITICAL, "panic": logging.CRITICAL, "fatal": logging.CRITICAL}
+
+# `GET /api/v2/changefeeds?state=`: TiCDC's feed states ("pending" is never ours), "all", or none.
+LIST_STATE_FILTERS = frozenset(("", "all", "pending", *CHANGEFEED_STATES))
 
 # TiCDC's model.AdminJobType as the API reports it.
 _ADMIN_JOB_NONE, _ADMIN_JOB_STOP = 0, 1
@@ -94,8 +101,15 @@ class _Request:
             return {}
         try:
             document = json.loads(self.body)
+            too_deep = _nesting_exceeds(document, MAX_JSON_DEPTH)
         except (ValueError, UnicodeDecodeError) as exc:
             raise errors.ErrAPIInvalidParam(f"the request body is not valid JSON: {exc}") from None
+        except RecursionError:
+            too_deep = True
+        if too_deep:
+            raise errors.ErrAPIInvalidParam(
+                f"the request body nests objects and arrays more than {MAX_JSON_DEPTH} levels deep; "
+                "send the flat JSON object the route takes (see /api/v2/openapi.json)")
         if not isinstance(document, dict):
             raise errors.ErrAPIInvalidParam("the request body must be a JSON object")
         unknown = sorted(set(document) - set(allowed))
@@ -106,9 +120,10 @@ class _Request:
 
 
 class _Response:
-    def __init__(self, status: int, body: Any):
+    def __init__(self, status: int, body: Any, headers: Optional[dict[str, str]] = None):
         self.status = status
         self.body = body
+        self.headers = headers or {}
 
 
 def _ok(body: Any = None) -> _Response:
@@ -179,18 +194,22 @@ class OpenAPI:
 
     def dispatch(self, request: _Request) -> _Response:
         try:
-            path_matched = False
+            allowed: list[str] = []
             for method, pattern, handler in self._routes:
                 match = pattern.match(request.path)
                 if match is None:
                     continue
-                path_matched = True
                 if method == request.method:
                     return handler(request, **match.groupdict())
-            if path_matched:
-                return _error_response(405, "SPARKCDC:ErrAPIMethodNotAllowed",
-                                       f"{request.method} is not allowed on {request.path}")
-            return _error_response(404, "SPARKCDC:ErrAPINotFound", f"no API route {request.path}")
+                allowed.append(method)
+            if allowed:
+                response = _error_response(405, errors.ErrAPIMethodNotAllowed.code,
+                                           f"{request.method} is not allowed on {request.path}; "
+                                           f"use {' or '.join(allowed)}")
+                response.headers["Allow"] = ", ".join(allowed)
+                return response
+            return _error_response(404, errors.ErrAPINotFound.code,
+                                   f"no API route {request.path}; /api/v2/openapi.json lists the routes")
         except errors.SparkCDCError as exc:
             return _error_response(exc.http_status, exc.code, mask_uri_passwords(exc.message))
         except Exception as exc:  # a bug must not kill the server; say what happened
@@ -279,13 +298,14 @@ class OpenAPI:
         return _ok()
 
     def query_tso(self, request: _Request) -> _Response:
-        request.json(allowed=("pd_addrs", "ca_path", "cert_path", "key_path", "cert_allowed_cn"))
+        _refuse_pd_fields(request.json(allowed=_PD_ONLY_FIELDS))
         current = self.controller.current_tso()
         return _ok({"timestamp": tso.physical_ms(current), "logic_time": tso.logical(current)})
 
     def verify_table(self, request: _Request) -> _Response:
         body = request.json(allowed=("replica_config", "start_ts", "sink_uri") + _PD_ONLY_FIELDS)
         _refuse_pd_fields(body)
+        _str_field(body, "sink_uri")  # TiCDC checks MQ dispatchers against it; here only its type matters
         config = _replica_config(body.get("replica_config"))
         eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body.get("start_ts", 0)))
         return _ok({"ineligible_tables": table_names_json(ineligible),
@@ -329,6 +349,10 @@ class OpenAPI:
 
     def list_changefeeds(self, request: _Request) -> _Response:
         state = request.param("state", "") or ""
+        if state not in LIST_STATE_FILTERS:
+            states = ", ".join(sorted(LIST_STATE_FILTERS - {""}))
+            raise errors.ErrAPIInvalidParam(f"state {state!r} is not a changefeed state; use one of {states}, "
+                                            "or none for every changefeed but removed and finished ones")
         namespace = request.param("namespace")
         items = []
         for info in self.store.list_changefeeds(namespace):
@@ -549,6 +573,18 @@ def _error_response(status: int, code: str, message: str) -> _Response:
     return _Response(status, {"error_msg": message, "error_code": code})
 
 
+def _nesting_exceeds(document: Any, limit: int) -> bool:
+    """Whether objects/arrays nest deeper than `limit` (iterative: the check itself must not recurse)."""
+    pending = [(document, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, (dict, list)):
+            if depth > limit:
+                return True
+            pending.extend((child, depth + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return False
+
+
 def _state_wanted(state: str, wanted: str) -> bool:
     """TiCDC's FeedState.IsNeeded: no filter hides removed and finished changefeeds."""
     if wanted == "all":
@@ -585,10 +621,15 @@ def _replica_config(document: Any) -> ReplicaConfig:
 
 
 def _refuse_pd_fields(body: dict) -> None:
+    """TiCDC's clients send the PD fields empty: take those, refuse anything else."""
     for name in _PD_ONLY_FIELDS:
-        if body.get(name):
-            raise errors.ErrAPIInvalidParam(
-                f"`{name}` is for a TiDB (PD) upstream; sparkcdc's upstream is set on `sparkcdc server`, remove it")
+        value = body.get(name)
+        empty = [] if name in ("pd_addrs", "cert_allowed_cn") else ""
+        if value is None or (type(value) is type(empty) and value == empty):
+            continue
+        raise errors.ErrAPIInvalidParam(
+            f"`{name}` is for a TiDB (PD) upstream and may only be {json.dumps(empty)}; sparkcdc's upstream is "
+            f"set on `sparkcdc server`: remove it")
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -613,17 +654,49 @@ class _Handler(BaseHTTPRequestHandler):
             body = self.rfile.read(length) if length else b""
             response = self._authenticate() or self.api.dispatch(
                 _Request(self.command, url.path, parse_qs(url.query), body, self.headers.get("Authorization")))
+        self._send_json(response)
+        # TiCDC's LogMiddleware: method, path, status and time; never the body or the headers.
+        log.info("%s %s %d %.1fms from %s", self.command, url.path, response.status,
+                 (time.monotonic() - started) * 1000, self.client_address[0])
+
+    def _send_json(self, response: _Response) -> None:
         payload = json.dumps(response.body).encode()
         self.send_response(response.status)
         self.send_header("Content-Type", "application/json; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
         if response.status == 401:
             self.send_header("WWW-Authenticate", 'Basic realm="sparkcdc"')
+        for name, value in response.headers.items():
+            self.send_header(name, value)
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(payload)
-        # TiCDC's LogMiddleware: method, path, status and time; never the body or the headers.
-        log.info("%s %s %d %.1fms from %s", self.command, url.path, response.status,
-                 (time.monotonic() - started) * 1000, self.client_address[0])
+        if self.command != "HEAD":  # a HEAD answer has headers only (RFC 9110)
+            self.wfile.write(payload)
+
+    def send_error(self, code: int, message: Optional[str] = None, explain: Optional[str] = None) -> None:
+        """http.server's own refusals (a malformed request line, a URI over 64 KiB, too many or too
+        long headers, an HTTP version other than 1.x) in the API's JSON error shape, not its HTML page."""
+        reason = message or self.responses.get(code, ("error",))[0]
+        fix = {
+            HTTPStatus.REQUEST_URI_TOO_LONG: "the request line is longer than 65536 bytes: shorten the URL",
+            HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE:
+                "send at most 100 header lines of at most 65536 bytes each",
+            HTTPStatus.HTTP_VERSION_NOT_SUPPORTED: "send an HTTP/1.1 (or 1.0) request",
+        }.get(code, "send a well-formed HTTP/1.1 request")
+        if self.request_version == "HTTP/0.9":  # no request line was parsed: still answer with a status line
+            self.request_version = "HTTP/1.0"
+        self.close_connection = True
+        log.info("refused a malformed request from %s: %d %s", self.client_address[0], code, reason)
+        self._send_json(_error_response(code, errors.ErrAPIInvalidParam.code,
+                                        mask_uri_passwords(f"{reason}; {fix}")))
+
+    def __getattr__(self, name: str) -> Any:
+        # http.server answers a method without a do_<METHOD> with an HTML 501; route every method
+        # instead, so PATCH, OPTIONS, HEAD... get the router's JSON 405 (with Allow) or 404.
+        if name.startswith("do_"):
+            return self._handle
+        raise AttributeError(name)
 
     def _authenticate(self) -> Optional[_Response]:
         """Writes need a client user when security.client-user-required; reads do not (as in TiCDC)."""
@@ -635,8 +708,6 @@ class _Handler(BaseHTTPRequestHandler):
         except errors.SparkCDCError as exc:
             return _Response(exc.http_status, exc.to_json())
         return None
-
-    do_GET = do_POST = do_PUT = do_DELETE = _handle
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s - %s", self.address_string(), format % args)
