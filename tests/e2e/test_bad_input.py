@@ -106,3 +106,47 @@ def test_a_failing_changefeed_shows_its_error_and_others_keep_running(server, ma
     assert healthy_state["state"] == "normal", healthy_state
     assert list(healthy.rglob("CDC*.csv")), "the healthy changefeed stopped replicating"
     server.api("GET", "/api/v2/health")
+
+
+def test_start_ts_takes_a_gtid_or_binlog_position_and_refuses_the_future(server, mariadb, tmp_path):
+    """The CLI takes what the API takes (issue 20 item 4): a GTID and the binlog position after the
+    same transaction resolve, through the real transaction index, to that transaction's commit-ts;
+    a TSO an hour ahead is refused as TiCDC refuses one past the current TSO."""
+    import json
+    import time
+
+    from sparkcdc.model import tso
+
+    with mariadb.connect().cursor() as cur:
+        cur.execute("CREATE DATABASE IF NOT EXISTS e2e_start")
+        cur.execute("CREATE TABLE IF NOT EXISTS e2e_start.t (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO e2e_start.t VALUES (1)")
+        cur.execute("SELECT @@gtid_binlog_pos")
+        gtid = cur.fetchone()[0]
+        cur.execute("SHOW MASTER STATUS")
+        binlog_file, binlog_pos = cur.fetchone()[:2]
+    sink = f"file://{tmp_path}/out?protocol=csv"
+    deadline = time.monotonic() + 120
+    while True:  # the puller indexes the transaction within a second or so
+        result = create(server, "-c", "from-gtid", "--sink-uri", sink, "--start-ts", gtid)
+        if result.returncode == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert result.returncode == 0, result.stderr
+    start_ts = server.api("GET", "/api/v2/changefeeds/from-gtid")["start_ts"]
+    result = create(server, "-c", "from-pos", "--sink-uri", sink, "--start-ts", f"{binlog_file}:{binlog_pos}")
+    assert result.returncode == 0, result.stderr
+    assert server.api("GET", "/api/v2/changefeeds/from-pos")["start_ts"] == start_ts > 0
+
+    server.cli("changefeed", "pause", "-c", "from-gtid")
+    server.cli("changefeed", "resume", "-c", "from-gtid", "--overwrite-checkpoint-ts",
+               f"{binlog_file}:{binlog_pos}", "--no-confirm")
+    assert server.checkpoint("from-gtid") == start_ts
+
+    hour_ahead = tso.compose(int(time.time() * 1000) + 3_600_000)
+    result = create(server, "-c", "from-future", "--sink-uri", sink, "--start-ts", str(hour_ahead))
+    assert result.returncode == 1 and "ErrStartTsInvalid" in result.stderr
+    assert "larger than the current TSO" in result.stderr
+    assert "from-future" not in json.dumps(server.api("GET", "/api/v2/changefeeds?state=all"))
+    for changefeed_id in ("from-gtid", "from-pos"):
+        server.cli("changefeed", "remove", "-c", changefeed_id)

@@ -11,6 +11,7 @@ from sparkcdc.api.server import serve
 from sparkcdc.server.metastore import MetaStore
 
 NOW = tso.compose(1_700_000_000_000, 5)
+POSITIONS = {"0-1-876": 3000, "mysql-bin.000002:4567": 1500}  # what the fake index resolves
 
 
 class FakeController:
@@ -26,12 +27,11 @@ class FakeController:
         self.validated.append((sink_uri, config))
 
     def resolve_start_ts(self, start_ts):
-        start_ts = int(start_ts)
-        if start_ts == 0:
-            return NOW
-        if start_ts > NOW:
-            raise ErrStartTsInvalid(f"start_ts {start_ts} is in the future")
-        return start_ts
+        if isinstance(start_ts, str) and not start_ts.isdigit():  # a GTID or FILE:POS the index knows
+            if start_ts not in POSITIONS:
+                raise ErrStartTsInvalid(f"{start_ts} is not in the index")
+            return POSITIONS[start_ts]
+        return int(start_ts) or NOW
 
     def current_tso(self):
         return NOW
@@ -150,11 +150,45 @@ def test_create_generates_uuid_when_id_omitted(api):
     ({"changefeed_id": "ok", "sink_uri": SINK, "target_ts": 1 << 63}, "SPARKCDC:ErrAPIInvalidParam"),
     ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": 1 << 70}, "SPARKCDC:ErrStartTsInvalid"),
     ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": str(1 << 70)}, "SPARKCDC:ErrStartTsInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": str(NOW + 1)}, "SPARKCDC:ErrStartTsInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": "0-1-999"}, "SPARKCDC:ErrStartTsInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": [1]}, "SPARKCDC:ErrStartTsInvalid"),
+    ({"changefeed_id": "ok", "sink_uri": SINK, "start_ts": " "}, "SPARKCDC:ErrStartTsInvalid"),
 ])
 def test_create_errors(api, body, code):
     status, error = call(api, "POST", "/api/v2/changefeeds", body)
     assert status == 400 and error["error_code"] == code and error["error_msg"]
     assert call(api, "GET", "/api/v2/changefeeds")[1]["total"] == 0
+
+
+@pytest.mark.parametrize("start, resolved", [(0, NOW), (1000, 1000), ("1000", 1000), ("0-1-876", 3000),
+                                             (" mysql-bin.000002:4567 ", 1500)])
+def test_create_starts_at_a_tso_gtid_or_binlog_position(api, start, resolved):
+    status, info = create(api, start_ts=start)
+    assert status == 200 and info["start_ts"] == info["checkpoint_ts"] == resolved, info
+
+
+def test_a_start_in_the_future_is_refused(api):
+    """TiCDC: "invalid start-ts %v, larger than current tso %v" (issue 20 item 4); the newest
+    indexed transaction counts as now when the upstream's clock runs ahead of ours."""
+    hour_ahead = tso.compose(tso.physical_ms(NOW) + 3_600_000)
+    status, error = create(api, start_ts=hour_ahead)
+    assert status == 400 and error["error_code"] == "SPARKCDC:ErrStartTsInvalid"
+    assert f"invalid start_ts {hour_ahead}" in error["error_msg"] and f"current TSO {NOW}" in error["error_msg"]
+    api.controller.resolved_ts = hour_ahead
+    assert create(api, start_ts=hour_ahead)[0] == 200
+
+
+def test_resume_overwrites_the_checkpoint_with_a_tso_gtid_or_position(api):
+    create(api)
+    call(api, "POST", "/api/v2/changefeeds/cf-1/pause")
+    for overwrite, checkpoint in [("0-1-876", 3000), ("mysql-bin.000002:4567", 1500), (2000, 2000)]:
+        assert call(api, "POST", "/api/v2/changefeeds/cf-1/resume", {"overwrite_checkpoint_ts": overwrite})[0] == 200
+        assert call(api, "GET", "/api/v2/changefeeds/cf-1")[1]["checkpoint_ts"] == checkpoint
+        call(api, "POST", "/api/v2/changefeeds/cf-1/pause")
+    status, error = call(api, "POST", "/api/v2/changefeeds/cf-1/resume", {"overwrite_checkpoint_ts": NOW + 1})
+    assert status == 400 and "invalid overwrite_checkpoint_ts" in error["error_msg"], error
+    assert call(api, "GET", "/api/v2/changefeeds/cf-1")[1]["state"] == "stopped"
 
 
 def test_create_duplicate_and_bad_json_keep_server_running(api):

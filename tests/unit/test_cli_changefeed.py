@@ -78,6 +78,34 @@ def test_resume_now_uses_server_tso(server, capsys, monkeypatch):
     assert json.loads(out)["checkpoint_tso"] == NOW
 
 
+@pytest.mark.parametrize("start, resolved", [("0-1-876", 3000), ("mysql-bin.000002:4567", 1500), ("1000", 1000)])
+def test_start_ts_takes_what_the_api_takes(server, capsys, start, resolved):
+    """`--start-ts 0-1-876` exited 2 with "is not a TSO" though the API took it (issue 20 item 4)."""
+    code, out, err = run(capsys, *cf(server, "create", "-c", "cf-1", "--sink-uri", "blackhole://", "--start-ts", start))
+    assert code == 0, err
+    assert json.loads(out.splitlines()[2].removeprefix("Info: "))["start_ts"] == resolved
+    run(capsys, *cf(server, "pause", "-c", "cf-1"))
+    code, _, err = run(capsys, *cf(server, "resume", "-c", "cf-1", "--overwrite-checkpoint-ts", start, "--no-confirm"))
+    assert code == 0, err
+    assert json.loads(run(capsys, *cf(server, "query", "-s", "-c", "cf-1"))[1])["checkpoint_tso"] == resolved
+
+
+def test_a_future_or_empty_start_is_refused(server, capsys):
+    hour_ahead = str(tso.compose(tso.physical_ms(NOW) + 3_600_000))
+    code, _, err = run(capsys, *cf(server, "create", "-c", "cf-1", "--sink-uri", "blackhole://",
+                                   "--start-ts", hour_ahead))
+    assert code == 1 and "ErrStartTsInvalid" in err and "larger than the current TSO" in err
+    run(capsys, *cf(server, "create", "-c", "cf-1", "--sink-uri", "blackhole://"))
+    run(capsys, *cf(server, "pause", "-c", "cf-1"))
+    for overwrite in (hour_ahead, "0", "-5"):
+        code, _, err = run(capsys, *cf(server, "resume", "-c", "cf-1", "--overwrite-checkpoint-ts", overwrite,
+                                       "--no-confirm"))
+        assert code == 1 and "ErrStartTsInvalid" in err, (overwrite, err)
+    with pytest.raises(SystemExit) as exited:  # argparse's own refusal
+        run(capsys, *cf(server, "create", "-c", "cf-2", "--sink-uri", "blackhole://", "--start-ts", "-5"))
+    assert exited.value.code == 2 and "a GTID (0-1-25) or a binlog FILE:POS" in capsys.readouterr().err
+
+
 def test_bad_config_fails_before_any_request(capsys, tmp_path):
     config = tmp_path / "bad.toml"
     config.write_text('[sink.csv]\ndelimter = ","\n')

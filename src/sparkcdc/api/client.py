@@ -78,7 +78,7 @@ class APIClient:
     def pause_changefeed(self, changefeed_id: str, namespace: str) -> dict:
         return self.request("POST", _cf(changefeed_id) + "/pause", {}, {"namespace": namespace})
 
-    def resume_changefeed(self, changefeed_id: str, overwrite_checkpoint_ts: int, namespace: str) -> dict:
+    def resume_changefeed(self, changefeed_id: str, overwrite_checkpoint_ts: int | str, namespace: str) -> dict:
         return self.request("POST", _cf(changefeed_id) + "/resume",
                             {"overwrite_checkpoint_ts": overwrite_checkpoint_ts}, {"namespace": namespace})
 

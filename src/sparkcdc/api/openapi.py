@@ -11,6 +11,10 @@ from typing import Any
 
 _INT = {"type": "integer", "minimum": 0}
 _TS = {"type": "integer", "minimum": 0, "maximum": (1 << 63) - 1}
+# Where a changefeed starts: a TSO, or where the transaction index finds a GTID or binlog position.
+_START = {"oneOf": [_TS, {"type": "string", "minLength": 1,
+                          "description": "a TSO in digits, a GTID (`0-1-25`, MySQL `uuid:n`) or a binlog `FILE:POS`"}],
+          "description": "0 = now; not past the current TSO"}
 _STR = {"type": "string"}
 _BOOL = {"type": "boolean"}
 _TIME = {"type": "string", "description": "UTC time, `2006-01-02 15:04:05.000`"}
@@ -82,7 +86,7 @@ SCHEMAS: dict[str, dict] = {
     "ChangefeedConfig": _request({
         "namespace": _STR,
         "changefeed_id": {"type": "string", "pattern": r"^[a-zA-Z0-9]+(\-[a-zA-Z0-9]+)*$", "maxLength": 128},
-        "start_ts": _TS, "target_ts": _TS,
+        "start_ts": _START, "target_ts": _TS,
         "sink_uri": {"type": "string", "description": "e.g. mysql://user:pass@host:3306/ or file:///path"},
         "replica_config": _ref("ReplicaConfig"),
         **_PD_FIELDS,
@@ -91,8 +95,8 @@ SCHEMAS: dict[str, dict] = {
         "namespace": _STR, "target_ts": _TS, "sink_uri": _STR, "replica_config": _ref("ReplicaConfig"),
         **_PD_FIELDS,
     }),
-    "ResumeChangefeedConfig": _request({"overwrite_checkpoint_ts": _TS, **_PD_FIELDS}),
-    "VerifyTableConfig": _request({"replica_config": _ref("ReplicaConfig"), "start_ts": _TS, "sink_uri": _STR,
+    "ResumeChangefeedConfig": _request({"overwrite_checkpoint_ts": _START, **_PD_FIELDS}),
+    "VerifyTableConfig": _request({"replica_config": _ref("ReplicaConfig"), "start_ts": _START, "sink_uri": _STR,
                                    **_PD_FIELDS}),
     "TableName": _object({"database_name": _STR, "table_name": _STR, "table_id": {"type": "integer"},
                           "is_partition": _BOOL}),

@@ -307,7 +307,7 @@ class OpenAPI:
         _refuse_pd_fields(body)
         _str_field(body, "sink_uri")  # TiCDC checks MQ dispatchers against it; here only its type matters
         config = _replica_config(body.get("replica_config"))
-        eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body.get("start_ts", 0)))
+        eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body, "start_ts"))
         return _ok({"ineligible_tables": table_names_json(ineligible),
                     "eligible_tables": table_names_json(eligible)})
 
@@ -330,7 +330,7 @@ class OpenAPI:
                 raise errors.ErrChangefeedAlreadyExists(
                     f"changefeed {namespace}/{changefeed_id} already exists; pick another id or remove it first")
             self.controller.validate(sink_uri, config)
-            start_ts = self.controller.resolve_start_ts(_start_ts_field(body.get("start_ts", 0)))
+            start_ts = self._resolve_start(_start_ts_field(body, "start_ts"), "start_ts")
             if target_ts and target_ts <= start_ts:
                 raise errors.ErrTargetTsInvalid(
                     f"target_ts {target_ts} must be larger than start_ts {start_ts}")
@@ -456,7 +456,7 @@ class OpenAPI:
     def resume_changefeed(self, request: _Request, changefeed_id: str) -> _Response:
         body = request.json(allowed=("overwrite_checkpoint_ts",) + _PD_ONLY_FIELDS)
         _refuse_pd_fields(body)
-        overwrite = _int_field(body, "overwrite_checkpoint_ts")
+        overwrite = _start_ts_field(body, "overwrite_checkpoint_ts")
         namespace = request.namespace
         with self._lock:
             info = self.store.get_changefeed(namespace, changefeed_id)
@@ -466,7 +466,7 @@ class OpenAPI:
                         f"changefeed {namespace}/{changefeed_id} is running; pause it before overwriting its checkpoint")
                 return _ok()  # already running: resuming is a no-op, as in TiCDC
             if overwrite:
-                checkpoint = self.controller.resolve_start_ts(overwrite)
+                checkpoint = self._resolve_start(overwrite, "overwrite_checkpoint_ts")
                 if info.target_ts and checkpoint >= info.target_ts:
                     raise errors.ErrStartTsInvalid(
                         f"overwrite_checkpoint_ts {checkpoint} must be smaller than target_ts {info.target_ts}")
@@ -479,6 +479,20 @@ class OpenAPI:
                 self.store.update_changefeed(info)
                 raise
         return _ok()
+
+    def _resolve_start(self, start: int | str, name: str) -> int:
+        """A start (TSO, GTID or FILE:POS; 0 = now) as the commit-ts to replicate after. As TiCDC, a
+        TSO past the current one is refused: nothing can be replicated from the future."""
+        ts = self.controller.resolve_start_ts(start)
+        # The upstream's clock stamps commit-ts; where it runs ahead of ours, its newest
+        # transaction is "now".
+        current = max(self.controller.current_tso(), self.controller.puller_resolved_ts())
+        if ts > current:
+            raise errors.ErrStartTsInvalid(
+                f"invalid {name} {ts} ({tso.format_time(ts)} UTC), larger than the current TSO {current} "
+                f"({tso.format_time(current)} UTC): a changefeed cannot start in the future; give a TSO up to "
+                "`sparkcdc cli tso query`, 0 for now, a GTID or a binlog FILE:POS")
+        return ts
 
     def _info_json(self, info: ChangefeedInfo) -> dict:
         status = self.store.get_status(info.namespace, info.id)
@@ -601,14 +615,24 @@ def _check_changefeed_id(changefeed_id: str) -> None:
             f"(^[a-zA-Z0-9]+(\\-[a-zA-Z0-9]+)*$), at most 128 characters")
 
 
-def _start_ts_field(value: Any) -> int | str:
+def _start_ts_field(document: dict, name: str) -> int | str:
+    """A start position field: a TSO (integer or digits), or a GTID / FILE:POS string the
+    transaction index resolves; 0 or absent = now (resume: no overwrite)."""
+    value = document.get(name)
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise errors.ErrStartTsInvalid(f"start_ts must be a TSO integer, got {value!r}")
-    number = value if isinstance(value, int) else (int(value) if value.strip().isdigit() else None)
-    if number is not None and not 0 <= number <= MAX_TS:
-        raise errors.ErrStartTsInvalid(f"start_ts must be a TSO in [0, {MAX_TS}], got {value!r}")
+        raise errors.ErrStartTsInvalid(
+            f"{name} must be a TSO integer, or a string holding a GTID (0-1-25) or a binlog FILE:POS; got {value!r}")
+    if isinstance(value, str):
+        value = value.strip()
+        if not value:
+            raise errors.ErrStartTsInvalid(f"{name} is an empty string; give 0 (now), a TSO, a GTID or FILE:POS")
+        if not value.isdigit():
+            return value
+        value = int(value)
+    if not 0 <= value <= MAX_TS:
+        raise errors.ErrStartTsInvalid(f"{name} must be a TSO in [0, {MAX_TS}], got {value!r}")
     return value
 
 

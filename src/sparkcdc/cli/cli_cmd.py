@@ -45,7 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     create.add_argument("-c", "--changefeed-id", default="", help="id (a UUID when omitted)")
     create.add_argument("--sink-uri", required=True)
     create.add_argument("--config", help="changefeed TOML file")
-    create.add_argument("--start-ts", type=_tso_arg, default=0, help="0 = now")
+    create.add_argument("--start-ts", type=_start_arg, default=0, metavar="TSO|GTID|FILE:POS",
+                        help="where to start: a TSO, a GTID (0-1-25) or a binlog FILE:POS; 0 = now (default). "
+                             "Not past the current TSO")
     create.add_argument("--target-ts", type=_tso_arg, default=0)
     create.add_argument("--no-confirm", action="store_true", help="do not ask for confirmation")
     create.add_argument("--schema-registry", default="",
@@ -63,7 +65,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     resume = add("resume", _resume, "resume a paused or failed changefeed")
     resume.add_argument("-c", "--changefeed-id", required=True)
-    resume.add_argument("--overwrite-checkpoint-ts", default="", help="`now` or a TSO to restart from")
+    resume.add_argument("--overwrite-checkpoint-ts", default="", metavar="now|TSO|GTID|FILE:POS",
+                        help="restart from `now`, a TSO, a GTID or a binlog FILE:POS (not past the current TSO)")
     resume.add_argument("--no-confirm", action="store_true")
 
     update = add("update", _update, "change a stopped or failed changefeed")
@@ -113,6 +116,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tso_commands = tso_group.add_subparsers(dest="action", metavar="ACTION")
     tso_commands.required = True
     tso_commands.add_parser("query", parents=[common], help="print the current TSO").set_defaults(func=_tso_query)
+
+
+def _start_arg(text: str) -> int | str:
+    """--start-ts: what the API's start_ts takes, a TSO or a GTID / FILE:POS the server resolves."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if not text or text.lstrip("-").isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TSO (an integer >= 0), a GTID (0-1-25) or a binlog FILE:POS")
+    return text
 
 
 def _tso_arg(text: str) -> int:
@@ -340,9 +353,13 @@ def _resume(args) -> int:
             overwrite = tso.compose(current["timestamp"], current["logic_time"])
         else:
             try:
-                overwrite = _tso_arg(args.overwrite_checkpoint_ts)
-            except argparse.ArgumentTypeError as exc:
-                raise errors.ErrStartTsInvalid(f"--overwrite-checkpoint-ts: {exc}; use `now` or a TSO") from None
+                overwrite = _start_arg(args.overwrite_checkpoint_ts)
+            except argparse.ArgumentTypeError:
+                overwrite = 0
+            if not overwrite:  # a negative number, or 0, which moves nothing (TiCDC's CDC:ErrCliInvalidCheckpointTs)
+                raise errors.ErrStartTsInvalid(
+                    f"invalid --overwrite-checkpoint-ts {args.overwrite_checkpoint_ts!r}: use `now`, a TSO above 0, "
+                    "a GTID (0-1-25) or a binlog FILE:POS")
         client.get_changefeed(args.changefeed_id, args.namespace)  # fail on a wrong id before asking
         if not args.no_confirm and not _confirm(
                 f"Resuming changefeed {args.changefeed_id} from checkpoint {overwrite} may skip or repeat "
