@@ -78,3 +78,7 @@ ErrSparkRemoteSessionLost = _define("ErrSparkRemoteSessionLost", 500)
 ErrConsistentStorage = _define("ErrConsistentStorage")
 ErrRedoFileOp = _define("ErrRedoFileOp", 500)
 ErrRedoMetaFileNotFound = _define("ErrRedoMetaFileNotFound")
+# Lakehouse sinks (delta://, iceberg://; docs/lakehouse-sinks.md).
+ErrLakehouseCatalog = _define("ErrLakehouseCatalog")  # unknown or unreachable Iceberg catalog
+ErrLakehouseTableIncompatible = _define("ErrLakehouseTableIncompatible", 409)  # an existing table's schema differs
+ErrLakehouseSchemaChange = _define("ErrLakehouseSchemaChange", 409)  # a DDL the table format cannot express

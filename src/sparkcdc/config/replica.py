@@ -110,6 +110,35 @@ class OpenProtocolConfig:
 
 
 @dataclass
+class DeltaConfig:
+    """`[sink.delta]`: the Delta Lake sink (docs/lakehouse-sinks.md); `mode` and `schema-mode`
+    may also be given in the sink URI, which wins."""
+
+    mode: str = "upsert"  # upsert | changelog
+    schema_mode: str = "evolve"  # evolve | strict
+    old_value: bool = False  # changelog mode: the before image as _old_<column>
+    table_path: str = "{schema}/{table}"  # each table's path under the sink URI's
+    compact_every: int = 100  # commits to a table between two automatic compactions; 0: never
+    target_file_size: int = 134217728  # bytes: compaction's target
+
+
+@dataclass
+class IcebergConfig:
+    """`[sink.iceberg]`: the Iceberg sink (docs/lakehouse-sinks.md); `mode`, `schema-mode`,
+    `catalog` and `catalog-uri` may also be given in the sink URI, which wins."""
+
+    mode: str = "upsert"
+    schema_mode: str = "evolve"
+    old_value: bool = False
+    namespace: str = "{schema}"  # each table's Iceberg namespace
+    table_name: str = "{table}"
+    catalog: str = "sql"  # sql (embedded SQLite by default) | rest | glue | hive
+    catalog_uri: str = ""  # sql: a SQLAlchemy URL (default: <warehouse>/sparkcdc-catalog.sqlite); rest/hive: its URI
+    compact_every: int = 100
+    target_file_size: int = 134217728
+
+
+@dataclass
 class SinkConfig:
     protocol: str = ""
     transaction_atomicity: str = ""
@@ -129,6 +158,8 @@ class SinkConfig:
     open: OpenProtocolConfig = field(default_factory=OpenProtocolConfig)
     kafka_config: KafkaConfig = field(default_factory=KafkaConfig)
     cloud_storage_config: CloudStorageConfig = field(default_factory=CloudStorageConfig)
+    delta: DeltaConfig = field(default_factory=DeltaConfig)
+    iceberg: IcebergConfig = field(default_factory=IcebergConfig)
 
 
 @dataclass
@@ -227,6 +258,11 @@ def _init_rules() -> None:
     _RANGES[(CloudStorageConfig, "file_size")] = (1 << 20, 512 << 20)
     _RANGES[(CloudStorageConfig, "flush_concurrency")] = (1, 512)
     _RANGES[(CloudStorageConfig, "file_expiration_days")] = (0, 2**31 - 1)
+    for lake in (DeltaConfig, IcebergConfig):
+        _CHOICES[(lake, "mode")] = ("upsert", "changelog")
+        _CHOICES[(lake, "schema_mode")] = ("evolve", "strict")
+        _RANGES[(lake, "compact_every")] = (0, 2**31 - 1)
+        _RANGES[(lake, "target_file_size")] = (1 << 20, 1 << 34)
     _DURATIONS[(ReplicaConfig, "sync_point_interval")] = (30, None)
     _DURATIONS[(ReplicaConfig, "sync_point_retention")] = (3600, None)
     _DURATIONS[(ReplicaConfig, "changefeed_error_stuck_duration")] = (1800, None)

@@ -15,6 +15,8 @@ SINK_KINDS: dict[str, str] = {
     "azblob": "storage", "azure": "storage", "noop": "storage",
     "mysql": "mysql", "mysql+ssl": "mysql", "tidb": "mysql", "tidb+ssl": "mysql",
     "kafka": "kafka", "kafka+ssl": "kafka",
+    "delta": "lakehouse", "delta+file": "lakehouse", "delta+s3": "lakehouse",
+    "iceberg": "lakehouse", "iceberg+file": "lakehouse", "iceberg+s3": "lakehouse",
     "blackhole": "blackhole",
 }
 
@@ -32,7 +34,7 @@ SENSITIVE_PARAMS = frozenset({
 
 
 def classify_sink_uri(uri: str) -> str:
-    """The sink kind ("storage", "mysql", "kafka", "blackhole") of a sink URI."""
+    """The sink kind ("storage", "mysql", "kafka", "lakehouse", "blackhole") of a sink URI."""
     if not isinstance(uri, str) or not uri.strip():
         raise ErrSinkURIInvalid("the sink URI is empty; pass one such as file:///tmp/cdc?protocol=canal-json")
     try:

@@ -176,7 +176,7 @@ class ChangefeedRunner:
             # Anything up to the upstream's current position may already be downstream from a
             # previous run: the sink writes those rows idempotently (TiCDC's replicating ts).
             sink = make_sink(info.sink_uri, config, replicating_ts=TxnIndex(self._index_path).resolved_ts(),
-                             retry_seconds=SINK_RETRY_SECONDS)
+                             retry_seconds=SINK_RETRY_SECONDS, changefeed=f"{info.namespace}/{info.id}")
             status = self._store.get_status(info.namespace, info.id)
             # Each run's readers get their own server_id range.
             server_id_base = self._next_server_id

@@ -31,6 +31,11 @@ def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
 
         parse_kafka_sink_uri(sink_uri, config)
         return
+    if kind == "lakehouse":
+        from sparkcdc.sink.lakehouse.config import parse_lakehouse_uri
+
+        parse_lakehouse_uri(sink_uri, config.sink)
+        return
     raise ErrSinkUnsupported(
         f"the {kind} sink is not supported yet; use a storage sink such as "
         "file:///path?protocol=canal-json or a MySQL sink such as mysql://user:password@host:3306/"
@@ -38,13 +43,14 @@ def validate_sink(sink_uri: str, config: ReplicaConfig) -> None:
 
 
 def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0,
-              retry_seconds: float | None = None):
+              retry_seconds: float | None = None, changefeed: str = "default/changefeed"):
     """The sink for a changefeed: write_rows, write_ddl, flush, write_checkpoint, close.
 
     `replicating_ts` (MySQL sink): rows committed at or before it may already be downstream
     and are written idempotently; pass a ts at or above anything a previous run may have written.
     `retry_seconds` (MySQL sink): how long a write or DDL is retried in place before it fails, for
     callers that restart the sink themselves (the changefeed runner).
+    `changefeed` (lakehouse sinks): `<namespace>/<id>`, recorded with every table commit.
     """
     validate_sink(sink_uri, config)
     kind = classify_sink_uri(sink_uri)
@@ -66,6 +72,10 @@ def make_sink(sink_uri: str, config: ReplicaConfig, replicating_ts: int = 0,
         from sparkcdc.sink.kafka.sink import KafkaSink
 
         return KafkaSink(sink_uri, config)
+    if kind == "lakehouse":
+        from sparkcdc.sink.lakehouse import make_lakehouse_sink
+
+        return make_lakehouse_sink(sink_uri, config.sink, changefeed)
     raise AssertionError(kind)  # validate_sink rejected every other kind
 
 
@@ -90,6 +100,8 @@ def splits_large_transactions(sink_uri: str, config: ReplicaConfig) -> bool:
     those get every transaction in one batch, whatever its size."""
     if config.consistent.level == "eventual" or config.enable_sync_point:
         return False
+    if classify_sink_uri(sink_uri) == "lakehouse":
+        return False  # one commit per table per batch holds whole transactions (sink/lakehouse/sink.py)
     if classify_sink_uri(sink_uri) == "mysql":
         from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
 

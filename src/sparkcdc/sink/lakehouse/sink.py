@@ -1,0 +1,344 @@
+"""The lakehouse sink: each micro-batch becomes one commit per table, carrying the batch's commit-ts.
+
+Contract with the batch writer (pipeline/batch_sink.py): `write_rows` / `write_arrow` hand over
+a batch's rows per table; they are only buffered. `write_ddl` (a DDL ends its batch) first
+commits the buffered rows with commit-ts `ddl.commit_ts - 1`, then applies the DDL as a
+schema change recorded at `ddl.commit_ts`; `write_checkpoint(end)` commits the rest with `end`.
+`flush` does nothing: a table commit needs the commit-ts, which those two calls bring.
+
+Exactly once: every commit records (changefeed, commit-ts) in the table itself (Delta: the
+`txn` action `appId`/`version`; Iceberg: a table property, and the snapshot summary). That
+commit-ts is the table's watermark: everything committed upstream at or below it is in the
+table. A batch replayed after a crash (the checkpoint in the metadata store moves only after
+`write_checkpoint`) drops the rows at or below each table's watermark and applies a DDL only
+to a table whose watermark is below the DDL's commit-ts, so nothing is applied twice and a
+table's history has one commit per batch commit-ts. Lake sinks get whole transactions
+(`factory.splits_large_transactions`), so every row of a batch is at or below its end.
+
+Crash semantics: tables are committed one after another; a crash between two leaves the first
+committed (its watermark says so) and the second not; the replay finishes the batch. Bad input
+is found before any commit of the batch: an existing table whose schema differs, a keyless
+table in upsert mode, a DDL the formats cannot express (ErrLakehouse*).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Protocol, Sequence, Union
+
+import pyarrow as pa
+
+from sparkcdc.config.replica import DeltaConfig, IcebergConfig
+from sparkcdc.errors import ErrLakehouseSchemaChange, ErrLakehouseTableIncompatible
+from sparkcdc.model import tso
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.schema import ddl_types as T
+from sparkcdc.sink.lakehouse.changes import ChangeBuffer, MergePlan, changelog_schema, changelog_table, merge_plan
+from sparkcdc.sink.lakehouse.evolution import SchemaEvolution, schema_evolution
+from sparkcdc.sink.lakehouse.types import arrow_schema
+
+log = logging.getLogger(__name__)
+
+# Snapshot summary / commit info keys, for readers mapping a table version to its commit-ts.
+CHANGEFEED_PROPERTY = "sparkcdc.changefeed"
+COMMIT_TS_PROPERTY = "sparkcdc.commit-ts"
+
+
+@dataclass(frozen=True)
+class TableName:
+    """An upstream table; each format maps it to a path or an identifier."""
+
+    schema: str
+    table: str
+
+    def __str__(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(frozen=True)
+class Commit:
+    """What a table commit records: whose and up to which upstream commit-ts."""
+
+    app_id: str  # the changefeed: <namespace>/<id>
+    commit_ts: int
+
+    def properties(self) -> dict[str, str]:
+        return {CHANGEFEED_PROPERTY: self.app_id, COMMIT_TS_PROPERTY: str(self.commit_ts)}
+
+
+class LakeTables(Protocol):
+    """One table format's operations (sink/lakehouse/delta.py, iceberg.py). Every write is one
+    atomic table commit that records `commit` (and so moves the table's watermark)."""
+
+    def watermark(self, name: TableName) -> Optional[int]:
+        """The newest commit-ts this changefeed recorded in the table; 0 if none; None: no table."""
+
+    def schema(self, name: TableName) -> pa.Schema: ...
+    def create(self, name: TableName, schema: pa.Schema, commit: Optional[Commit]) -> None: ...
+    def merge(self, name: TableName, plan: MergePlan, commit: Commit) -> None: ...
+    def append(self, name: TableName, rows: pa.Table, commit: Commit) -> None: ...
+    def truncate(self, name: TableName, commit: Commit) -> None: ...
+    def drop(self, name: TableName) -> None: ...
+    def tables(self, schema: str) -> list[TableName]: ...
+    def rename(self, old: TableName, new: TableName, commit: Commit) -> None:
+        """Move the table; once the new name exists with `commit` recorded, the old is gone."""
+
+    def evolve(self, name: TableName, evolution: SchemaEvolution, schema: pa.Schema,
+               fill: Callable[[int], dict[str, pa.Array]], commit: Commit) -> None:
+        """Change the table's schema to `schema`; `fill(n)` gives added columns' values for n existing rows."""
+
+    def compact(self, name: TableName) -> None: ...
+    def close(self) -> None: ...
+
+
+# TEST-ONLY: when set to N, the server SIGKILLs its own process group in the N-th batch
+# checkpoint of a lakehouse sink that committed rows, after the table commits and before the
+# checkpoint is recorded. Never set it in production (to become a named failpoint).
+TEST_ONLY_KILL_AFTER_COMMIT_ENV = "SPARKCDC_TEST_ONLY_KILL_AFTER_LAKE_COMMIT"
+
+
+def normalized(schema: pa.Schema) -> dict[str, pa.DataType]:
+    """Column name -> type, as read back from either format (large types as plain ones)."""
+    plain = {pa.large_string(): pa.string(), pa.large_binary(): pa.binary()}
+
+    def type_of(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_timestamp(kind) and kind.tz in ("UTC", "+00:00", "Etc/UTC"):
+            return pa.timestamp(kind.unit, tz="UTC")
+        return plain.get(kind, kind)
+
+    return {f.name: type_of(f.type) for f in schema}
+
+
+class LakehouseSink:
+    """A changefeed's Delta or Iceberg tables (one per upstream table)."""
+
+    accepts_arrow = True
+
+    def __init__(self, tables: LakeTables, options: Union[DeltaConfig, IcebergConfig], app_id: str,
+                 clock: Callable[[], float] = time.time):
+        self._tables = tables
+        self._options = options
+        self._app_id = app_id
+        self._clock = clock
+        self._pending: dict[TableName, ChangeBuffer] = {}
+        self._commits_since_compaction: dict[TableName, int] = {}
+        self._checked: dict[TableName, pa.Schema] = {}
+        self._committed_batches = 0
+
+    @property
+    def changelog(self) -> bool:
+        return self._options.mode == "changelog"
+
+    # -- rows ------------------------------------------------------------------------------
+    def _buffer(self, info: TableInfo) -> ChangeBuffer:
+        name = TableName(info.schema, info.table)
+        buffer = self._pending.get(name)
+        if buffer is None or buffer.info != info:
+            if buffer is not None and buffer.chunks:
+                raise AssertionError(f"{name}: two table versions in one batch")  # a DDL ends its batch
+            buffer = self._pending[name] = ChangeBuffer(info)
+        return buffer
+
+    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
+        if rows:
+            self._buffer(table).add_rows(rows)
+
+    def write_arrow(self, table: TableInfo, commit_ts, ops, before, after) -> None:
+        if len(commit_ts):
+            self._buffer(table).add_arrow(commit_ts, ops, before, after)
+
+    def flush(self) -> None:
+        """Nothing to do: rows are committed with their batch's commit-ts (module docstring)."""
+
+    def write_checkpoint(self, ts: int) -> None:
+        committed = self._commit(ts)
+        if committed:
+            self._committed_batches += 1
+            _test_only_kill_after_commit(self._committed_batches)
+
+    def close(self) -> None:
+        self._pending.clear()
+        self._tables.close()
+
+    # -- committing a batch ------------------------------------------------------------------
+    def _table_schema(self, info: TableInfo) -> pa.Schema:
+        return changelog_schema(info, self._options.old_value) if self.changelog else arrow_schema(info)
+
+    def _ensure(self, info: TableInfo) -> None:
+        """Create the table if it is missing, else check it has the upstream's columns."""
+        name = TableName(info.schema, info.table)
+        expected = self._table_schema(info)
+        if self._checked.get(name) == expected:
+            return
+        if not self.changelog and not info.handle_key:
+            raise ErrLakehouseTableIncompatible(
+                f"table {name} has no primary key and no unique key on NOT NULL columns, so upsert mode cannot "
+                f"match its rows; set mode = \"changelog\" in [sink.{self._format}] or exclude the table with a "
+                "filter rule")
+        if self._tables.watermark(name) is None:
+            self._tables.create(name, expected, None)
+        else:
+            self._check_schema(name, expected, "")
+        self._checked[name] = expected
+
+    def _check_schema(self, name: TableName, expected: pa.Schema, during: str) -> None:
+        found = normalized(self._tables.schema(name))
+        wanted = normalized(expected)
+        if found != wanted:
+            differences = [f"{column}: table has {found.get(column, 'nothing')}, upstream needs "
+                           f"{wanted.get(column, 'nothing')}"
+                           for column in sorted(set(found) | set(wanted)) if found.get(column) != wanted.get(column)]
+            raise ErrLakehouseTableIncompatible(
+                f"the {self._format} table for {name} exists with other columns than the upstream's{during} "
+                f"({'; '.join(differences[:5])}). Nothing was written. Drop or move that table (sparkcdc then "
+                "creates it), or map this changefeed's tables elsewhere (" + self._mapping_hint + ")")
+
+    @property
+    def _format(self) -> str:
+        return "delta" if isinstance(self._options, DeltaConfig) else "iceberg"
+
+    @property
+    def _mapping_hint(self) -> str:
+        return "[sink.delta] table-path" if self._format == "delta" else "[sink.iceberg] namespace / table-name"
+
+    def _commit(self, ts: int) -> bool:
+        """Commit every buffered table's rows with commit-ts `ts`; whether anything was written."""
+        pending = [buffer for buffer in self._pending.values() if buffer.chunks]
+        self._pending = {}
+        for buffer in pending:  # bad input stops the batch before its first commit
+            self._ensure(buffer.info)
+        written = False
+        commit = Commit(self._app_id, ts)
+        for buffer in pending:
+            name = TableName(buffer.info.schema, buffer.info.table)
+            watermark = self._tables.watermark(name) or 0
+            if watermark >= ts:
+                continue  # committed before a crash: the replay must not apply it again
+            rows = buffer.after(watermark)
+            if rows.num_rows == 0:
+                continue
+            began = time.monotonic()
+            if self.changelog:
+                self._tables.append(name, changelog_table(buffer.info, rows, self._options.old_value), commit)
+            else:
+                plan = merge_plan(buffer.info, rows)
+                self._tables.merge(name, plan, commit)
+            log.debug("%s: %d changes committed at %d in %.2fs", name, rows.num_rows, ts, time.monotonic() - began)
+            written = True
+            self._maybe_compact(name)
+        return written
+
+    def _maybe_compact(self, name: TableName) -> None:
+        every = self._options.compact_every
+        if every <= 0:
+            return
+        count = self._commits_since_compaction.get(name, 0) + 1
+        if count >= every:
+            began = time.monotonic()
+            self._tables.compact(name)
+            log.info("%s: compacted after %d commits in %.2fs", name, count, time.monotonic() - began)
+            count = 0
+        self._commits_since_compaction[name] = count
+
+    # -- DDL -------------------------------------------------------------------------------
+    def write_ddl(self, ddl: DDLEvent) -> None:
+        self._commit(ddl.commit_ts - 1)
+        commit = Commit(self._app_id, ddl.commit_ts)
+        kind = ddl.ddl_type
+        if kind == T.DROP_DATABASE:
+            for name in self._tables.tables(ddl.schema):
+                self._drop(name, commit)
+            return
+        if not ddl.table or kind in T.DATABASE_DDLS:
+            return
+        name = TableName(ddl.schema, ddl.table)
+        if kind == T.CREATE_TABLE and ddl.table_info is not None:
+            self._create(name, ddl, commit)
+        elif self._options.schema_mode == "strict" and self._changes_table(ddl):
+            raise ErrLakehouseSchemaChange(
+                f"table {name}: the DDL {ddl.query!r} changes a replicated table and [sink.{self._format}] "
+                "schema-mode is \"strict\". Nothing was written for it. Set schema-mode = \"evolve\" to apply "
+                "DROP/TRUNCATE/RENAME TABLE and ADD/DROP/RENAME COLUMN and widening to the lake table, or exclude "
+                "the table with a filter rule")
+        elif kind == T.DROP_TABLE:
+            self._drop(name, commit)
+        elif kind == T.TRUNCATE_TABLE:
+            if self._behind(name, commit):
+                self._tables.truncate(name, commit)
+        elif kind == T.RENAME_TABLE and ddl.pre_table_info is not None:
+            self._rename(TableName(ddl.pre_table_info.schema, ddl.pre_table_info.table), name, commit)
+        elif ddl.table_info is not None and ddl.pre_table_info is not None:
+            self._evolve(name, ddl, commit)
+
+    def _changes_table(self, ddl: DDLEvent) -> bool:
+        if ddl.ddl_type in (T.DROP_TABLE, T.TRUNCATE_TABLE, T.RENAME_TABLE):
+            return True
+        if ddl.table_info is None or ddl.pre_table_info is None:
+            return False
+        return self._table_schema(ddl.table_info) != self._table_schema(ddl.pre_table_info)
+
+    def _behind(self, name: TableName, commit: Commit) -> bool:
+        """Whether the table exists and has not yet recorded `commit` (the DDL is not applied)."""
+        watermark = self._tables.watermark(name)
+        return watermark is not None and watermark < commit.commit_ts
+
+    def _create(self, name: TableName, ddl: DDLEvent, commit: Commit) -> None:
+        schema = self._table_schema(ddl.table_info)
+        watermark = self._tables.watermark(name)
+        if watermark is None:
+            if not self.changelog and not ddl.table_info.handle_key:
+                return  # not replicated (no valid index): created if force-replicate brings rows
+            self._tables.create(name, schema, commit)
+        elif watermark < commit.commit_ts:
+            self._check_schema(name, schema, " (at its CREATE TABLE)")
+        self._checked[name] = schema
+
+    def _drop(self, name: TableName, commit: Commit) -> None:
+        self._checked.pop(name, None)
+        if self._behind(name, commit):
+            self._tables.drop(name)
+
+    def _rename(self, old: TableName, new: TableName, commit: Commit) -> None:
+        self._checked.pop(old, None)
+        self._checked.pop(new, None)
+        new_watermark = self._tables.watermark(new)
+        if new_watermark is not None and new_watermark >= commit.commit_ts:
+            if self._tables.watermark(old) is not None:
+                self._tables.drop(old)  # a crash between the rename's steps
+            return
+        if self._tables.watermark(old) is not None:
+            self._tables.rename(old, new, commit)
+
+    def _evolve(self, name: TableName, ddl: DDLEvent, commit: Commit) -> None:
+        before, after = ddl.pre_table_info, ddl.table_info
+        evolution = schema_evolution(ddl, before, after)
+        if evolution.changes_nothing or not self._behind(name, commit):
+            self._checked.pop(name, None)
+            return
+        if self.changelog and self._options.old_value:
+            raise ErrLakehouseSchemaChange(
+                f"table {name}: the DDL {ddl.query!r} changes the columns of a changelog table with old-value; "
+                "that is not supported yet. Recreate the table, or set old-value = false")
+        schema = self._table_schema(after)
+        now_text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(tso.physical_ms(ddl.commit_ts) / 1000))
+
+        def fill(rows: int) -> dict[str, pa.Array]:
+            from sparkcdc.sink.lakehouse.types import default_array
+
+            return {column.name: default_array(column, rows, now_text) for column in evolution.added}
+
+        self._tables.evolve(name, evolution, schema, fill, commit)
+        self._checked.pop(name, None)
+        log.info("%s: schema changed by %r at %d", name, ddl.query, ddl.commit_ts)
+
+
+def _test_only_kill_after_commit(batches: int) -> None:
+    trigger = os.environ.get(TEST_ONLY_KILL_AFTER_COMMIT_ENV)
+    if trigger and batches == int(trigger):
+        log.error("TEST-ONLY: killing the server after lakehouse batch %d's table commits, before its checkpoint",
+                  batches)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
