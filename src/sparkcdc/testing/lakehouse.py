@@ -13,6 +13,7 @@ import pathlib
 from typing import Iterable, Optional
 
 from sparkcdc.model.events import ColumnInfo
+from sparkcdc.sink.lakehouse.changes import OLD_PREFIX
 from sparkcdc.sink.lakehouse.types import canonical_texts
 from sparkcdc.testing.compare import Rows
 
@@ -51,9 +52,10 @@ def upstream_columns(conn, schema: str, table: str) -> list[ColumnInfo]:
 
 def canonical_rows(columns: list[ColumnInfo], names: list[str], records: Iterable[tuple],
                    key: list[str]) -> Rows:
-    """{key tuple: {column: canonical text}} of rows read from a lake table (extra columns of
-    the lake table, if any, are kept under their names as read)."""
+    """{key tuple: {column: canonical text}} of rows read from a lake table (a changelog table's
+    `_old_<column>` as its column; its other columns as read)."""
     by_name = {c.name: c for c in columns}
+    by_name.update({OLD_PREFIX + c.name: c for c in columns})
     rows: Rows = {}
     for record in records:
         row = {}
