@@ -2,6 +2,7 @@
 
 from decimal import Decimal
 
+import pymysql
 import pytest
 
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
@@ -97,6 +98,10 @@ def test_typed_parameters_from_canonical_text():
     assert to_parameter(col("bigint", unsigned=True), "18446744073709551615") == 18446744073709551615
     assert to_parameter(col("decimal"), "1.50") == Decimal("1.50")
     assert to_parameter(col("double"), "0.1") == 0.1
+    # A FLOAT is compared as the double its float32 widens to (issue 21: `b = 3.3` matched no row).
+    assert to_parameter(col("float"), "3.3") == 3.299999952316284
+    assert render("`b` = ?", (to_parameter(col("float"), "3.3"),), pymysql.converters.escape_item) == \
+        "`b` = 3.299999952316284e0"
     assert to_parameter(col("bit"), "5") == 5 and to_parameter(col("year"), "0000") == 0
     assert to_parameter(col("blob", charset="binary"), "\x00\xff") == b"\x00\xff"
     assert to_parameter(col("varchar", charset="binary"), "ab") == b"ab"

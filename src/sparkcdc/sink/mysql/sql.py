@@ -13,6 +13,7 @@ the replay window every update is split and inserts become REPLACE.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Callable, Iterable, Sequence
@@ -53,8 +54,17 @@ class PlanOptions:
 # Values and names
 # ---------------------------------------------------------------------------------------------
 
+def float32_value(text: str) -> float:
+    """A FLOAT column's value as the double the server compares it as: the text rounded to
+    float32, widened. `3.3` is the float32 3.299999952316284; bound as the double 3.3 it would
+    match no stored row in a WHERE clause (the server compares FLOAT with a double constant in
+    double precision), while the widened value matches and writes back the same float32."""
+    return struct.unpack("<f", struct.pack("<f", float(text)))[0]
+
+
 def to_parameter(column: ColumnInfo, text: Value) -> Any:
-    """The canonical text of one value as a typed DB-API parameter (None stays NULL)."""
+    """The canonical text of one value as a typed DB-API parameter (None stays NULL). Every
+    parameter round-trips exactly, so a key's values in a WHERE clause find their row."""
     if text is None:
         return None
     kind = column.mysql_type
@@ -62,7 +72,9 @@ def to_parameter(column: ColumnInfo, text: Value) -> Any:
         return int(text)
     if kind == "decimal":
         return Decimal(text)
-    if kind in ("float", "double"):
+    if kind == "float":
+        return float32_value(text)
+    if kind == "double":
         return float(text)
     if column.is_binary or kind in GEOMETRY_TYPES:
         return text.encode("latin-1")
