@@ -4,6 +4,7 @@ the runner rebuilds the marker's table from the batch's planned partition."""
 from __future__ import annotations
 
 import pickle
+import threading
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
@@ -70,7 +71,8 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
     info = ChangefeedInfo("default", "cf", 0, f"file://{tmp_path}/out?protocol=canal-json", "t", 1, 0, "normal",
                           None, replica_config_to_dict(ReplicaConfig()), "0.1")
     writer = runner_module.PipelinedWriter("write-cf")
-    write = runner._batch_writer(info, ReplicaConfig(), writer, sink=None)
+    stopping = threading.Event()
+    write = runner._batch_writer(info, ReplicaConfig(), writer, sink=None, stopping=stopping)
     jobs: list = []
     for batch_id, (at, partition) in enumerate([(0, _MarkerPartition(0, 1)), (1, _MarkerPartition(1, 2)),
                                                 (19, _MarkerPartition(2, 3)), (21, _MarkerPartition(3, 4)),
@@ -84,3 +86,8 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
     assert [getattr(batch.partition, "end", "range") for batch in jobs] == [1, 4, "range"]
     assert [t.column("commit_ts").to_pylist() if t is not None else None for t in written] == \
         [[1], [2], [3], [4], [5], []]
+    # A stopping changefeed neither reads nor writes the batches its query still runs.
+    stopping.set()
+    write(_Batch(InputPartition(8), jobs), 6)
+    writer.wait()
+    assert len(jobs) == 3 and len(written) == 6

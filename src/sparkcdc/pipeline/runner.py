@@ -35,6 +35,7 @@ from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_co
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
+from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch, unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
@@ -173,6 +174,9 @@ class ChangefeedRunner:
             if key in self._running:
                 return
             config = replica_config_from_dict(info.config)
+            hold_file = self._hold_path(info.namespace, info.id)
+            if os.path.exists(hold_file):
+                os.remove(hold_file)  # left by the previous run's stop
             # Anything up to the upstream's current position may already be downstream from a
             # previous run: the sink writes those rows idempotently (TiCDC's replicating ts).
             sink = make_sink(info.sink_uri, config, replicating_ts=TxnIndex(self._index_path).resolved_ts(),
@@ -194,6 +198,7 @@ class ChangefeedRunner:
                 split_transactions=splits_large_transactions(info.sink_uri, config),
                 batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
                 spool_dir=self._spool_dir(info),
+                hold_file=hold_file,
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
@@ -209,7 +214,7 @@ class ChangefeedRunner:
             self.before_start()
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
                 query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path),
-                                         self._batch_writer(info, config, writer, sink, *extras),
+                                         self._batch_writer(info, config, writer, sink, stopping, *extras),
                                          trigger_seconds(self._trigger), name).start()
             else:
                 query = (
@@ -217,7 +222,7 @@ class ChangefeedRunner:
                     .options(**options.to_options())
                     .load()
                     .writeStream.queryName(name)
-                    .foreachBatch(self._batch_writer(info, config, writer, sink, *extras))
+                    .foreachBatch(self._batch_writer(info, config, writer, sink, stopping, *extras))
                     .option("checkpointLocation", checkpoint_dir)
                     # The source paces batches itself (BatchPacer): a backlog runs back to back.
                     .trigger(processingTime="0 seconds")
@@ -244,6 +249,9 @@ class ChangefeedRunner:
     def _spool_path(self, namespace: str, changefeed_id: str) -> str:
         return os.path.join(self._work_dir, namespace, changefeed_id, "spool")
 
+    def _hold_path(self, namespace: str, changefeed_id: str) -> str:
+        return os.path.join(self._work_dir, namespace, changefeed_id, "hold")
+
     def _parallelism(self) -> int:
         """How many binlog ranges a batch is cut into: the cores Spark has for this session."""
         if is_connect_session(self._spark):
@@ -267,8 +275,8 @@ class ChangefeedRunner:
                                         parse_go_duration(interval), parse_go_duration(config.sync_point_retention))
         return redo, syncpoint
 
-    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, writer: PipelinedWriter, sink, redo=None,
-                      syncpoint=None):
+    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, writer: PipelinedWriter, sink,
+                      stopping: threading.Event, redo=None, syncpoint=None):
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
@@ -285,6 +293,8 @@ class ChangefeedRunner:
         last_job = [float("-inf")]  # when this query last ran a Spark job (monotonic)
 
         def write(df, batch_id: int) -> None:
+            if stopping.is_set():
+                return  # a stopping changefeed writes nothing more; its checkpoint stays where it is
             began = time.monotonic()
             # A batch with no transactions (an idle upstream's resolved-ts moving) is known from
             # its plan: skip the Spark job that would only read back its range marker. But not
@@ -294,8 +304,15 @@ class ChangefeedRunner:
             if began - last_job[0] < KEEP_PYTHON_WORKER_SECONDS:
                 table = marker_only_table(sole_planned_partition(df))
             if table is None:
-                table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
+                try:
+                    table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
+                except Exception:
+                    if stopping.is_set():
+                        return  # stop() cancelled the read: nothing of this batch was written
+                    raise
                 last_job[0] = began
+            if stopping.is_set():
+                return
             decoded = time.monotonic()
 
             def write_table() -> None:
@@ -432,6 +449,8 @@ class ChangefeedRunner:
             return
         running.stopping.set()
         try:
+            if not is_connect_session(self._spark):
+                bring_to_rest(running.query, self._hold_path(namespace, changefeed_id))
             running.query.stop()
         finally:
             running.writer.close()

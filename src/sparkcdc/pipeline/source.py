@@ -119,6 +119,9 @@ class SourceOptions:
     # Where read tasks leave their batches for the driver: only with executors on the driver's
     # filesystem (see the module docstring); empty, the batches travel through Spark.
     spool_dir: str = ""
+    # While this file exists the source plans no batch (latestOffset returns its start): a stop
+    # creates it to bring the query to rest first (query_rest.py).
+    hold_file: str = ""
 
     def to_options(self) -> dict[str, str]:
         return {
@@ -135,6 +138,7 @@ class SourceOptions:
             "split_transactions": "true" if self.split_transactions else "false",
             "batch_interval_ms": str(self.batch_interval_ms),
             "spool_dir": self.spool_dir,
+            "hold_file": self.hold_file,
         }
 
     @classmethod
@@ -153,6 +157,7 @@ class SourceOptions:
             split_transactions=options.get("split_transactions", "true") == "true",
             batch_interval_ms=int(options.get("batch_interval_ms", str(DEFAULT_BATCH_INTERVAL_MS))),
             spool_dir=options.get("spool_dir", ""),
+            hold_file=options.get("hold_file", ""),
         )
 
 
@@ -482,8 +487,11 @@ class BinlogStreamReader(DataSourceStreamReader):
 
     def latestOffset(self, start: dict | None = None, limit=None) -> dict:
         """The next batch's end when BatchPacer lets it run now, else `start` (Spark then runs no
-        batch and asks again after spark.sql.streaming.pollingDelay)."""
+        batch and asks again after spark.sql.streaming.pollingDelay). Always `start` while the
+        hold file exists."""
         begin = BatchOffset.of(start) if start else BatchOffset(self.options.start_ts)
+        if self.options.hold_file and os.path.exists(self.options.hold_file):
+            return begin.to_json()
         return self._pacer.plan(self._index(), begin, self.options).to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:

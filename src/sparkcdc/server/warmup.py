@@ -20,6 +20,7 @@ from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
+from sparkcdc.pipeline.query_rest import wait_until_started
 from sparkcdc.pipeline.source import SPARK_SCHEMA, unpack_changes
 
 log = logging.getLogger(__name__)
@@ -81,7 +82,13 @@ def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = N
     seen: list[int] = []
 
     def write(df, batch_id: int) -> None:
-        seen.append(unpack_changes(df.toArrow()).num_rows)
+        if cancelled.is_set():
+            return  # stopping: no read job for the stop to cancel
+        try:
+            seen.append(unpack_changes(df.toArrow()).num_rows)
+        except Exception:
+            if not cancelled.is_set():
+                raise
 
     # A changefeed's batch runs one read task per core (`_parallelism` in pipeline/runner.py); a
     # worker the warm-up did not start would import the source's modules in the first batch.
@@ -100,6 +107,7 @@ def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = N
                 if time.monotonic() - began > timeout:
                     raise TimeoutError(f"the warm-up query did not finish within {timeout:.0f}s")
         finally:
+            wait_until_started(query)  # stopped while it starts, it strands Spark's source process
             query.stop()
     finally:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
