@@ -4,7 +4,8 @@ key bound as the decimal `3.3` matched no row: the stored float32 reads back as
 3.299999952316284). Upstream tables hold the values and their canonical text is read back as
 the decoder produces it (testing/compare.py); the upstream's own UPDATE/DELETE define the
 expected result; the sink replays the same changes into a downstream database, through both
-planners (RowChange and columnar), in normal mode, safe mode and the replay window."""
+planners (RowChange and columnar), in normal mode, safe mode and the replay window. The Kafka
+consumer's lookup of a row by its key (handle-key-only messages) finds every row too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sparkcdc.model.events import RowChange, TableInfo
 from sparkcdc.sink.mysql.sink import MySQLSink
 from sparkcdc.testing.alltypes import change_key_rows, insert_key_rows, key_tables
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
+from sparkcdc.upstream.row_lookup import UpstreamRowReader
 from sparkcdc.upstream.schema_reader import read_table_info
 from test_mysql_sink import ENTRIES, FAST_RETRY, ts, write  # the MySQL sink tests' helpers
 
@@ -94,3 +96,14 @@ def test_every_column_type_in_a_key_updates_and_deletes_its_row(mariadb, upstrea
         problems += [f"{info.table}: {p}" for p in diff_tables(final, read_upstream_table(conn, database, info.table))]
     conn.close()
     assert not problems, "\n".join(problems)
+
+
+def test_every_column_type_in_a_key_finds_its_row_upstream(mariadb, upstream_changes):
+    reader = UpstreamRowReader(mariadb.connect)
+    try:
+        for info, _, _, final in upstream_changes:
+            for row in final.values():
+                want = tuple(row[c.name] for c in info.columns)
+                assert reader.read(info, {name: row[name] for name in info.handle_key}) == want, info.table
+    finally:
+        reader.close()

@@ -37,6 +37,10 @@ INTEGER_TYPES = frozenset({"tinyint", "smallint", "mediumint", "int", "bigint"})
 STRING_TYPES = frozenset({"char", "varchar", "tinytext", "text", "mediumtext", "longtext"})
 BINARY_TYPES = frozenset({"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"})
 TEMPORAL_TYPES = frozenset({"date", "datetime", "timestamp", "time", "year"})
+GEOMETRY_TYPES = frozenset({
+    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+    "geometrycollection",
+})
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from sparkcdc.model.events import ColumnInfo, TableInfo, Value
+from sparkcdc.model.sql_values import to_parameter
 from sparkcdc.upstream.values import _double, _float
 
 
@@ -39,10 +40,6 @@ def _canonical(column: ColumnInfo, value) -> Value:
     return value
 
 
-def _key_argument(column: ColumnInfo, value: Value):
-    return value.encode("latin-1") if column.is_binary and isinstance(value, str) else value
-
-
 class UpstreamRowReader:
     """`read(table, key)`: the row's canonical values in `table`'s column order, or None if gone."""
 
@@ -56,7 +53,8 @@ class UpstreamRowReader:
         columns = {c.name: c for c in table.columns}
         select = ", ".join(_select_expression(c) for c in table.columns)
         where = " AND ".join("`" + name.replace("`", "``") + "` = %s" for name in key)
-        arguments = [_key_argument(columns[name], value) for name, value in key.items()]
+        # Typed, so each reads back exactly (a FLOAT key bound as the text '3.3' finds no row).
+        arguments = [to_parameter(columns[name], value) for name, value in key.items()]
         sql = f"SELECT {select} FROM `{table.schema}`.`{table.table}` WHERE {where} LIMIT 1"
         if self._connection is None:
             self._connection = self._connect()

@@ -24,18 +24,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
-from sparkcdc.model.events import INTEGER_TYPES, ColumnInfo, RowChange, TableInfo
+from sparkcdc.model.events import GEOMETRY_TYPES, INTEGER_TYPES, ColumnInfo, RowChange, TableInfo
+from sparkcdc.model.sql_values import to_parameter
 from sparkcdc.sink.codec.arrow_input import OP_NAMES, runs_of_equal
 from sparkcdc.sink.mysql.causality import _FNV_OFFSET, _FNV_PRIME, KeySpace, fnv32a, fold_text
 from sparkcdc.sink.mysql.sql import (
-    GEOMETRY_TYPES,
     PlanOptions,
     Statement,
     plan_transaction,
     quote_name,
     quote_table,
     render,
-    to_parameter,
     writable_columns,
 )
 

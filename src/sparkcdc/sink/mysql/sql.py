@@ -1,7 +1,7 @@
 """SQL for row changes, as TiCDC writes it (pkg/sqlmodel/multirow.go, row_change.go).
 
 Pure functions of (TableInfo, images): statements use `?` placeholders and carry typed
-parameters converted from the canonical text form (`to_parameter`). `render` turns a statement
+parameters converted from the canonical text form (`model/sql_values.to_parameter`). `render` turns a statement
 into text with a connection's literal quoting, so many statements can go in one round trip.
 
 A transaction arrives with one change per key, as TiCDC's does: the pipeline reduces the
@@ -13,19 +13,13 @@ the replay window every update is split and inserts become REPLACE.
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any, Callable, Iterable, Sequence
 
-from sparkcdc.model.events import INTEGER_TYPES, ColumnInfo, RowChange, TableInfo, Value
+from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo, Value
+from sparkcdc.model.sql_values import to_parameter
 
 Image = tuple[Value, ...]
-
-GEOMETRY_TYPES = frozenset({
-    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
-    "geometrycollection",
-})
 
 
 @dataclass(frozen=True)
@@ -53,33 +47,6 @@ class PlanOptions:
 # ---------------------------------------------------------------------------------------------
 # Values and names
 # ---------------------------------------------------------------------------------------------
-
-def float32_value(text: str) -> float:
-    """A FLOAT column's value as the double the server compares it as: the text rounded to
-    float32, widened. `3.3` is the float32 3.299999952316284; bound as the double 3.3 it would
-    match no stored row in a WHERE clause (the server compares FLOAT with a double constant in
-    double precision), while the widened value matches and writes back the same float32."""
-    return struct.unpack("<f", struct.pack("<f", float(text)))[0]
-
-
-def to_parameter(column: ColumnInfo, text: Value) -> Any:
-    """The canonical text of one value as a typed DB-API parameter (None stays NULL). Every
-    parameter round-trips exactly, so a key's values in a WHERE clause find their row."""
-    if text is None:
-        return None
-    kind = column.mysql_type
-    if kind in INTEGER_TYPES or kind in ("bit", "year"):
-        return int(text)
-    if kind == "decimal":
-        return Decimal(text)
-    if kind == "float":
-        return float32_value(text)
-    if kind == "double":
-        return float(text)
-    if column.is_binary or kind in GEOMETRY_TYPES:
-        return text.encode("latin-1")
-    return text
-
 
 def quote_name(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
