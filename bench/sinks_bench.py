@@ -1,6 +1,6 @@
-"""Sinks benchmark: one prepared binlog replicated end to end to each sink: file, Kafka, MySQL.
+"""Sinks benchmark: one prepared binlog replicated end to end to each sink: file, Kafka, MySQL, Delta, Iceberg.
 
-    .venv/bin/python bench/sinks_bench.py [--changes 100000] [--sinks file,kafka,mysql]
+    .venv/bin/python bench/sinks_bench.py [--changes 100000] [--sinks file,kafka,mysql,delta,iceberg]
         [--workload sysbench] [--kafka-protocols canal-json] [--rounds 1] [--compare-src DIR]
 
 A private MariaDB gets one of bench/peers/workloads.py's workloads (sysbench: 100-row
@@ -13,6 +13,10 @@ the last transaction (so the sink has flushed, Kafka has acknowledged, MySQL has
          sparkcdc's Kafka consumer decodes every row change from the topic
   mysql  a second private MariaDB, tables created before the run; checked: CHECKSUM TABLE and row
          count equal upstream's for every workload table
+  delta, iceberg  lakehouse tables in upsert mode (delta:///dir, iceberg:///dir with the embedded
+         catalog); checked with DuckDB's readers: row count and sums of every integer column equal
+         upstream's for every workload table; also prints the Parquet files written (on disk, with
+         the ones copy-on-write replaced) and live in the table's last version
 Prints rows/s, CPU seconds and peak RSS of the server's process tree (server + Spark JVM +
 Python workers) and, apart, of the broker or downstream MariaDB, with load averages.
 `--compare-src DIR` also runs every sink with the server importing sparkcdc from DIR (a copy of
@@ -46,7 +50,7 @@ from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
-SINKS = ("file", "kafka", "mysql")
+SINKS = ("file", "kafka", "mysql", "delta", "iceberg")
 
 
 class PeakSampler(threading.Thread):
@@ -150,6 +154,48 @@ def fresh_downstream(downstream: MariaDBServer, workload: str) -> None:
     conn.close()
 
 
+def lake_check(uri: str, conn, tables: list[str]) -> tuple[bool, str]:
+    """Whether each lake table's row count and integer sums equal upstream's, read with DuckDB,
+    and how many Parquet files the tables have (on disk; live in the last version)."""
+    from sparkcdc.config.replica import SinkConfig
+    from sparkcdc.sink.lakehouse.config import parse_lakehouse_uri
+    from sparkcdc.testing.lakehouse import duckdb_connection
+
+    target = parse_lakehouse_uri(uri, SinkConfig())
+    duck = duckdb_connection()
+    problems, on_disk, live = [], 0, 0
+    for table in tables:
+        with conn.cursor() as cur:
+            cur.execute("SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s "
+                        "AND DATA_TYPE IN ('int', 'bigint') ORDER BY ORDINAL_POSITION", (workloads.DATABASE, table))
+            numbers = [r[0] for r in cur.fetchall()]
+            sums = "".join(f", SUM(`{n}`)" for n in numbers)
+            cur.execute(f"SELECT COUNT(*){sums} FROM `{workloads.DATABASE}`.`{table}`")
+            expected = tuple(int(v or 0) for v in cur.fetchone())
+        lake_sums = "".join(f', SUM("{n}")' for n in numbers)
+        if target.format == "delta":
+            from deltalake import DeltaTable
+
+            path = target.path(workloads.DATABASE, table)
+            source = f"delta_scan('{path}')"
+            live += len(DeltaTable(path).file_uris())
+        else:
+            from sparkcdc.sink.lakehouse.iceberg import IcebergTables
+
+            lake_table = IcebergTables(target, "bench").catalog.load_table((workloads.DATABASE, table))
+            source = f"iceberg_scan('{lake_table.metadata_location}')"
+            path = lake_table.location().removeprefix("file://")
+            live += len(list(lake_table.scan().plan_files()))
+        on_disk += sum(1 for _ in Path(path).rglob("*.parquet"))
+        found = tuple(int(v or 0) for v in duck.execute(f"SELECT COUNT(*){lake_sums} FROM {source}").fetchone())
+        if found != expected:
+            problems.append(f"{table}: upstream count and sums {expected}, lake {found}")
+    duck.close()
+    files = f"{on_disk} Parquet files written, {live} live"
+    summary = "; ".join(problems) if problems else f"{len(tables)} tables' counts and sums equal upstream's"
+    return not problems, f"{summary} ({files})"
+
+
 def mariadb_pid(server: MariaDBServer) -> Optional[int]:
     try:
         with open(server.pid_file) as f:
@@ -161,7 +207,7 @@ def mariadb_pid(server: MariaDBServer) -> Optional[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100_000)
-    parser.add_argument("--sinks", default="file,kafka,mysql", help="comma-separated: file, kafka, mysql")
+    parser.add_argument("--sinks", default="file,kafka,mysql", help="comma-separated: file, kafka, mysql, delta, iceberg")
     parser.add_argument("--workload", default="sysbench", choices=sorted(workloads.WORKLOADS))
     parser.add_argument("--kafka-protocols", default="canal-json",
                         help="comma-separated Kafka protocols: canal-json, open-protocol")
@@ -220,6 +266,8 @@ def main() -> int:
                     if target == "file":
                         sink_dir = os.path.join(base, "out-" + name)
                         uri = f"file://{sink_dir}?protocol=canal-json&enable-tidb-extension=true"
+                    elif target in ("delta", "iceberg"):
+                        uri = f"{target}://{os.path.join(base, 'out-' + name)}"
                     elif target.startswith("kafka/"):
                         protocol = target.split("/", 1)[1]
                         topic = f"bench-{name}"
@@ -250,6 +298,8 @@ def main() -> int:
                         written = output_rows(sink_dir, "canal-json")
                         check = f"{written} rows in files"
                         ok = written == rows
+                    elif target in ("delta", "iceberg"):
+                        ok, check = lake_check(uri, conn, tables)
                     elif target.startswith("kafka/"):
                         written, ops = kafka_row_changes(broker.bootstrap, topic, target.split("/", 1)[1])
                         check = f"{written} row changes in the topic {ops}"
@@ -285,6 +335,13 @@ def main() -> int:
                       f"{max(r.peak for r in mine) / 2**20:,.0f} | "
                       f"{f'{statistics.median(peer_cpu):.1f}' if peer_cpu else '-'} | "
                       f"{f'{max(peer_peak) / 2**20:,.0f}' if peer_peak else '-'} |")
+        if "file" in targets:
+            file_rate = statistics.median(rows / r.seconds for r in runs if r.sink == "file" and r.variant == "tree")
+            for lake in ("delta", "iceberg"):
+                lake_runs = [r for r in runs if r.sink == lake and r.variant == "tree"]
+                if lake_runs:
+                    rate = statistics.median(rows / r.seconds for r in lake_runs)
+                    print(f"{lake}: {rate / file_rate:.0%} of the file sink's rows/s (issue 25 target: >= 50%)")
     finally:
         if server is not None:
             server.stop()

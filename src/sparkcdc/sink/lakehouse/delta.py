@@ -25,7 +25,7 @@ from sparkcdc.errors import ErrStorageIO
 from sparkcdc.sink.lakehouse.changes import MergePlan
 from sparkcdc.sink.lakehouse.config import LakehouseTarget
 from sparkcdc.sink.lakehouse.evolution import SchemaEvolution
-from sparkcdc.sink.lakehouse.sink import Commit, TableName
+from sparkcdc.sink.lakehouse.sink import CHANGEFEED_PROPERTY, COMMIT_TS_PROPERTY, Commit, TableName
 
 _DELETE_FLAG = "__sparkcdc_delete"
 
@@ -73,7 +73,9 @@ class DeltaTables:
 
         if commit is None:
             return None
-        return CommitProperties(custom_metadata=commit.properties(),
+        # userMetadata is the field Spark's DESCRIBE HISTORY shows; the other keys are for delta-rs.
+        user_metadata = f"{CHANGEFEED_PROPERTY}={commit.app_id} {COMMIT_TS_PROPERTY}={commit.commit_ts}"
+        return CommitProperties(custom_metadata={**commit.properties(), "userMetadata": user_metadata},
                                 app_transactions=[Transaction(commit.app_id, commit.commit_ts)])
 
     def watermark(self, name: TableName) -> Optional[int]:

@@ -16,6 +16,7 @@ rows rewrites the data files in the same commit.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import uuid
 from typing import Callable, Optional
@@ -103,9 +104,8 @@ class IcebergTables:
         """(data file, its rows without the touched keys) for every file holding a touched key."""
         from pyiceberg.io.pyarrow import ArrowScan
 
-        scan = table.scan(row_filter=_key_filter(touched, key))
         rewrites = []
-        for task in scan.plan_files():
+        for task in _files_holding(table, table.scan().plan_files(), touched[key[0]].combine_chunks(), key[0]):
             rows = ArrowScan(table_metadata=txn.table_metadata, io=table.io,
                              projected_schema=txn.table_metadata.schema(),
                              row_filter=_always_true()).to_table(tasks=[task])
@@ -243,13 +243,26 @@ def _always_true():
     return AlwaysTrue()
 
 
-def _key_filter(touched: pa.Table, key: list[str]):
-    """A filter that keeps the files whose key-column bounds may hold a touched key (the first
-    key column's values; the anti-join decides per row)."""
-    from pyiceberg.expressions import In
+def _files_holding(table, tasks, keys: pa.Array, column: str):
+    """The scan tasks whose data file's bounds of the (first) key column may hold one of `keys`;
+    the anti-join then decides per row. pyiceberg's own `In` filter converts and binds every key
+    as a literal (1.6 s of Python for 23,000 keys); sorted keys and one bisect per file are ~10 ms."""
+    from pyiceberg.conversions import from_bytes
 
-    values = pc.unique(touched[key[0]].combine_chunks()).to_pylist()
-    try:
-        return In(key[0], values)
-    except Exception:  # noqa: BLE001 - a key type pyiceberg cannot take as a literal: scan every file
-        return _always_true()
+    field = table.schema().find_field(column)
+    if pa.types.is_timestamp(keys.type) or pa.types.is_date(keys.type):
+        keys = keys.cast(pa.int64() if pa.types.is_timestamp(keys.type) else pa.int32())  # as the bounds hold them
+    values = sorted(pc.unique(keys).to_pylist())
+    for task in tasks:
+        lower, upper = task.file.lower_bounds.get(field.field_id), task.file.upper_bounds.get(field.field_id)
+        if lower is None or upper is None or not values:
+            yield task
+            continue
+        try:
+            low, high = from_bytes(field.field_type, lower), from_bytes(field.field_type, upper)
+            position = bisect.bisect_left(values, low)
+            holds = position < len(values) and values[position] <= high
+        except TypeError:  # a bound that does not compare with the keys' Python values: read the file
+            holds = True
+        if holds:
+            yield task
