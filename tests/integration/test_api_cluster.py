@@ -25,7 +25,7 @@ class FakeRunner:
     def __init__(self):
         self._running = set()
 
-    def start(self, info):
+    def start_or_retry_later(self, info):
         self._running.add((info.namespace, info.id))
 
     def stop(self, namespace, changefeed_id):

@@ -177,7 +177,7 @@ class FakeRunner:
         self.started: list[tuple[str, str]] = []
         self._running: set[tuple[str, str]] = set()
 
-    def start(self, info):
+    def start_or_retry_later(self, info):
         self.started.append((info.namespace, info.id))
         self._running.add((info.namespace, info.id))
 

@@ -90,7 +90,7 @@ def test_a_broker_down_for_longer_than_write_timeout_is_a_retryable_error(kafka)
     import time
 
     from sparkcdc.errors import ErrKafkaSendMessage
-    from sparkcdc.pipeline.runner import is_retryable_failure
+    from sparkcdc.pipeline.failure import is_retryable_failure
 
     uri = f"kafka://{kafka.bootstrap}/down?protocol=canal-json&enable-tidb-extension=true&write-timeout=3s"
     sink = KafkaSink(uri, ReplicaConfig())

@@ -69,6 +69,10 @@ class FakeController:
     def puller_resolved_ts(self):
         return self.resolved_ts
 
+    def puller_state(self):
+        return {"state": "running", "upstream": "mysql://root@127.0.0.1:3306/", "capture_id": "cap-1",
+                "resolved_ts": self.resolved_ts, "since": "2024-01-01T00:00:00+00:00", "error": None}
+
     def last_synced_ts(self, checkpoint_ts):
         return min(self.last_synced, checkpoint_ts)
 
@@ -378,6 +382,8 @@ def test_meta_info_processors_and_log_level(api):
     create(api)
     info = call(api, "GET", "/api/v2/changefeeds/cf-1")[1]
     assert info["task_status"] == [{"capture_id": "cap-1", "table_ids": [11, 12]}]
+    assert info["puller"]["state"] == "running" and info["puller"]["capture_id"] == "cap-1"
+    del info["puller"]  # the query's own: the puller that feeds the changefeed
     assert call(api, "GET", "/api/v2/changefeeds/cf-1/meta_info")[1] == {**info, "task_status": []}
     assert call(api, "GET", "/api/v2/processors")[1] == {
         "total": 1, "items": [{"namespace": "default", "changefeed_id": "cf-1", "capture_id": "cap-1"}]}

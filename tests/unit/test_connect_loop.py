@@ -248,14 +248,14 @@ def test_an_unreachable_connect_server_is_a_clear_error_at_once():
 
 def test_a_lost_connect_server_is_retryable():
     from sparkcdc.pipeline.connect_loop import as_changefeed_error
-    from sparkcdc.pipeline.runner import _short_error, is_retryable_failure
+    from sparkcdc.pipeline.failure import is_retryable_failure, user_message
 
     lost = RuntimeError('<_MultiThreadedRendezvous of RPC that terminated with:\n\tstatus = StatusCode.UNAVAILABLE\n'
                         '\tdetails = "failed to connect to all addresses; Connection refused"\n>')
     error = as_changefeed_error(lost)
-    assert "Connection refused" in str(error) and is_retryable_failure(_short_error(error))
+    assert "Connection refused" in str(error) and is_retryable_failure(user_message(error))
     stopping = RuntimeError("(java.lang.IllegalStateException) Cannot call methods on a stopped SparkContext.")
-    assert is_retryable_failure(_short_error(as_changefeed_error(stopping)))
+    assert is_retryable_failure(user_message(as_changefeed_error(stopping)))
     other = ValueError("boom")
     assert as_changefeed_error(other) is other
 
@@ -263,7 +263,7 @@ def test_a_lost_connect_server_is_retryable():
 def test_a_loop_that_lost_its_session_has_the_capture_open_a_new_one():
     from sparkcdc.errors import ErrSparkRemoteSessionLost
     from sparkcdc.pipeline.connect_loop import ConnectSession
-    from sparkcdc.pipeline.runner import _short_error, is_retryable_failure
+    from sparkcdc.pipeline.failure import is_retryable_failure, user_message
 
     old, new = RecordingSession(), RecordingSession()
     old.stop = new.stop = lambda: None
@@ -277,7 +277,7 @@ def test_a_loop_that_lost_its_session_has_the_capture_open_a_new_one():
     _, loop = run_loop(index, write, session=capture_session)
     with pytest.raises(ErrSparkRemoteSessionLost, match="on a new session") as error:
         loop.awaitTermination(5)
-    assert is_retryable_failure(_short_error(error.value))
+    assert is_retryable_failure(user_message(error.value))
     assert capture_session.session is new and old.source == BATCH_SOURCE_NAME and new.source is None
     capture_session.renew(old)  # a second changefeed that saw the same session gone: nothing more to open
     assert capture_session.session is new and opened == []

@@ -7,7 +7,7 @@ import pymysql
 import pytest
 from pymysql.constants import CR, ER
 
-from sparkcdc.pipeline.runner import is_retryable_failure
+from sparkcdc.pipeline.failure import is_retryable_failure
 from sparkcdc.sink.mysql.error_codes import (
     MYSQL_ERROR_CODES,
     ErrorKind,

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+import time
 
 import pytest
 
+from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrEtcdUnavailable, ErrUpstreamUnreachable
 from sparkcdc.pipeline import runner as runner_module
-from sparkcdc.pipeline.runner import TEST_ONLY_STUCK_DURATION_ENV, ChangefeedRunner, is_retryable_failure
+from sparkcdc.pipeline.failure import user_message
+from sparkcdc.pipeline.runner import TEST_ONLY_STUCK_DURATION_ENV, ChangefeedRunner
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
+from sparkcdc.upstream.puller import FAILED, RECONNECTING, RUNNING, PullerHealth
 
 KEY = ("default", "cf")
 UNREACHABLE = "[SPARKCDC:ErrMySQLConnectionError] the downstream mysql://root@x:1/ stayed unreachable: (2003, ...)"
@@ -36,26 +40,6 @@ def setup(tmp_path, monkeypatch):
     starts = []
     monkeypatch.setattr(runner, "start", lambda info: starts.append(info.state))
     return runner, store, clock, starts
-
-
-@pytest.mark.parametrize("message, retryable", [
-    (UNREACHABLE, True),
-    ("[SPARKCDC:ErrUpstreamUnreachable] the binlog puller failed", True),
-    ("[SPARKCDC:ErrMySQLTxnError] writing failed: (1213, 'Deadlock found when trying to get lock')", True),
-    ("pymysql.err.OperationalError: (2013, 'Lost connection to MySQL server during query')", True),
-    ("[SPARKCDC:ErrMySQLConnectionError] cannot connect: (1045, \"Access denied for user 'x'\")", False),
-    ("[SPARKCDC:ErrExecDDLFailed] DDL 'ALTER TABLE t ...' failed downstream: (1064, ...)", False),
-    ("[SPARKCDC:ErrMySQLTxnError] writing failed: (1146, \"Table 'db.t' doesn't exist\")", False),
-    ("[SPARKCDC:ErrInvalidReplicaConfig] bad", False),
-    ("[SPARKCDC:ErrStorageUnavailable] cannot write s3://bucket/out/db/t/1/CDC000001.json: connection refused", True),
-    ("[SPARKCDC:ErrStorageIO] cannot write file:///x/db/t/meta: [Errno 20] Not a directory", False),
-    ("[SPARKCDC:ErrRedoFileOp] writing the redo log to s3://redo failed: timed out", True),
-    ("[SPARKCDC:ErrConsistentStorage] consistent.storage 'ftp://x' is not supported", False),
-    ("RuntimeError: no table info for db.t at 5", False),
-    ("[STREAM_FAILED] Query terminated with exception: Python worker failed to connect back.", True),
-])
-def test_retryable_failures(message, retryable):
-    assert is_retryable_failure(message) is retryable
 
 
 def test_a_config_error_fails_at_once(setup):
@@ -117,3 +101,133 @@ def test_pause_during_backoff_cancels_the_restart(setup, monkeypatch):
     runner.stop(*KEY)
     worker.join(timeout=5)
     assert not worker.is_alive() and starts == []
+
+
+# -- the binlog puller's health (runner module docstring) -------------------------------------------
+
+class Puller:
+    """The capture's puller as the runner sees it: a health report the test moves."""
+
+    def __init__(self):
+        self.health = PullerHealth(RUNNING, "mysql://root@127.0.0.1:3306/", 0.0, connects=1)
+
+    def __call__(self) -> PullerHealth:
+        return self.health
+
+    def lose(self, error):
+        self.health = PullerHealth(RECONNECTING if error.retryable else FAILED, self.health.upstream, 0.0,
+                                   self.health.connects, error)
+
+    def reconnect(self):
+        self.health = PullerHealth(RUNNING, self.health.upstream, 0.0, self.health.connects + 1)
+
+
+DOWN = ErrUpstreamUnreachable("the binlog puller reading from mysql-bin.000002:4: the connection to upstream "
+                              "mysql://root@127.0.0.1:3306/ failed ((2003, \"Can't connect\"))")
+
+
+@pytest.fixture
+def watched(tmp_path, monkeypatch):
+    monkeypatch.delenv(TEST_ONLY_STUCK_DURATION_ENV, raising=False)
+    store = MetaStore(str(tmp_path / "meta.sqlite"))
+    store.create_changefeed(ChangefeedInfo("default", "cf", 0, "mysql://root@x:1/", "t", 1, 0, "normal", None,
+                                           {}, "0.1"), ChangefeedStatus(1, 1))
+    clock, puller = Clock(), Puller()
+    runner = ChangefeedRunner(None, store, "", "", str(tmp_path), "127.0.0.1:8300", clock=clock,
+                              upstream_health=puller)
+    starts = []
+    monkeypatch.setattr(runner, "start", lambda info: starts.append(time.monotonic()))
+    return runner, store, clock, puller, starts
+
+
+def test_a_running_changefeed_shows_the_pullers_outage_and_is_normal_again_once_it_is_back(watched):
+    runner, store, _, puller, _ = watched
+    assert runner._check_upstream(KEY) is None and store.get_changefeed(*KEY).state == "normal"
+    puller.lose(DOWN)
+    assert runner._check_upstream(KEY) is None  # the query keeps running: it has nothing to read
+    info = store.get_changefeed(*KEY)
+    assert info.state == "warning" and info.error["code"] == "SPARKCDC:ErrUpstreamUnreachable"
+    assert "mysql://root@127.0.0.1:3306/" in info.error["message"]
+    runner._recovered(KEY)  # a batch planned before the outage completes: still waiting for the upstream
+    assert store.get_changefeed(*KEY).state == "warning"
+    puller.reconnect()
+    runner._recovered(KEY)  # the first checkpoint after the puller is back
+    assert store.get_changefeed(*KEY).state == "normal" and store.get_changefeed(*KEY).error is None
+
+
+def test_a_puller_that_stopped_for_good_fails_every_changefeed_with_its_error(watched):
+    runner, store, _, puller, _ = watched
+    puller.lose(ErrBinlogUnsupportedEvent("binlog event type 0xA6 cannot be decoded; refusing to skip it"))
+    problem = runner._check_upstream(KEY)
+    assert isinstance(problem, ErrBinlogUnsupportedEvent)  # the watcher stops the query with it
+    runner._handle_failure(KEY, user_message(problem))
+    info = store.get_changefeed(*KEY)
+    assert info.state == "failed" and info.error["code"] == "SPARKCDC:ErrBinlogUnsupportedEvent"
+
+
+def test_an_outage_longer_than_the_stuck_duration_fails_the_changefeed(watched):
+    runner, store, clock, puller, _ = watched
+    puller.lose(DOWN)
+    runner._check_upstream(KEY)
+    clock.now += dt.timedelta(minutes=31)
+    problem = runner._check_upstream(KEY)
+    runner._handle_failure(KEY, user_message(problem))
+    info = store.get_changefeed(*KEY)
+    assert info.state == "failed" and "changefeed-error-stuck-duration 1800s" in info.error["message"]
+
+
+def test_a_failure_from_the_upstream_restarts_as_soon_as_the_puller_is_back_not_after_the_backoff(watched):
+    runner, store, _, puller, starts = watched
+    puller.lose(DOWN)
+    worker = threading.Thread(target=runner._handle_failure, args=(KEY, str(DOWN)))
+    worker.start()
+    wait_for(lambda: store.get_changefeed(*KEY).state == "warning")
+    assert KEY in runner.running()  # held while it waits: a cluster's processor does not start it again
+    time.sleep(1)
+    assert not starts  # still down
+    puller.reconnect()
+    back = time.monotonic()
+    worker.join(timeout=5)
+    assert not worker.is_alive() and len(starts) == 1
+    assert starts[0] - back < 2 * runner_module.UPSTREAM_POLL_SECONDS + 0.5  # the backoff is 10 s
+
+
+def test_a_start_that_fails_while_the_upstream_is_down_is_retried_when_it_returns(watched, monkeypatch):
+    runner, store, _, puller, starts = watched
+    puller.lose(DOWN)
+
+    def start(info):
+        if puller.health.problem is not None:
+            raise DOWN
+        starts.append(time.monotonic())
+
+    monkeypatch.setattr(runner, "start", start)
+    runner.start_or_retry_later(store.get_changefeed(*KEY))
+    wait_for(lambda: store.get_changefeed(*KEY).state == "warning")
+    assert KEY in runner.running()
+    puller.reconnect()
+    wait_for(lambda: starts)
+    runner.stop(*KEY)
+
+
+def test_handling_a_failure_is_tried_again_when_the_store_cannot_record_it(watched, monkeypatch):
+    runner, store, _, _, _ = watched
+    monkeypatch.setattr(runner_module, "HANDLE_AGAIN_SECONDS", 0.05)
+    real_update, calls = store.update_changefeed, []
+
+    def flaky_update(info, **kwargs):
+        calls.append(info.state)
+        if len(calls) == 1:
+            raise ErrEtcdUnavailable("etcd did not answer")
+        real_update(info, **kwargs)
+
+    monkeypatch.setattr(store, "update_changefeed", flaky_update)
+    runner._handle_failure(KEY, "[SPARKCDC:ErrExecDDLFailed] DDL failed")
+    assert calls == ["failed", "failed"] and store.get_changefeed(*KEY).state == "failed"
+
+
+def wait_for(predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

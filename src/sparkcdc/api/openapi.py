@@ -115,6 +115,15 @@ SCHEMAS: dict[str, dict] = {
         "config": _ref("ReplicaConfig"), "state": {"type": "string", "enum": _STATES},
         "error": _ref("RunningError"), "creator_version": _STR, "resolved_ts": _INT, "checkpoint_ts": _INT,
         "checkpoint_time": _TIME, "task_status": {"type": "array", "items": _ref("CaptureTaskStatus")},
+        "puller": _ref("PullerState"),
+    }, required=("upstream_id", "namespace", "id", "sink_uri", "create_time", "start_ts", "target_ts",
+                 "admin_job_type", "config", "state", "error", "creator_version", "resolved_ts", "checkpoint_ts",
+                 "checkpoint_time", "task_status")),
+    "PullerState": _object({
+        "state": {"type": "string", "enum": ["starting", "running", "reconnecting", "stalled", "failed", "stopped"]},
+        "upstream": {"type": "string", "description": "the upstream URI, password shown as xxxxx"},
+        "since": {"type": "string", "description": "when the state began (ISO 8601, UTC)"},
+        "error": _ref("RunningError"), "capture_id": _STR, "resolved_ts": _INT,
     }),
     "ChangefeedStatus": _object({
         "state": {"type": "string", "enum": _STATES}, "resolved_ts": _INT, "checkpoint_ts": _INT,

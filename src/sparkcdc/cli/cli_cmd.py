@@ -335,6 +335,7 @@ def _query(args) -> int:
         "error_history": None,
         "creator_version": info["creator_version"],
         "task_status": info.get("task_status", []),
+        "puller": info.get("puller"),
     })
     return 0
 

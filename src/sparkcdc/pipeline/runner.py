@@ -11,10 +11,20 @@ server, away from the sink and the metadata store, so there the capture drives t
 batches itself (pipeline/connect_loop.py) and the Connect server's executors decode them.
 
 When a query fails, other changefeeds keep running. A retryable failure (downstream or upstream
-unreachable, connection lost, lock wait or deadlock) puts the changefeed in `warning` with the
-error shown and restarts it from its checkpoint with backoff, as TiCDC does; the first batch that
-completes after a restart returns it to `normal`. Any other failure, or retrying for longer than
-`changefeed-error-stuck-duration`, marks it `failed`.
+unreachable, connection lost, lock wait or deadlock; the policy is pipeline/failure.py) puts the
+changefeed in `warning` with the error shown and restarts it from its checkpoint with backoff, as
+TiCDC does; the first batch that completes after a restart returns it to `normal`. Any other
+failure, or retrying for longer than `changefeed-error-stuck-duration`, marks it `failed`.
+
+The capture's binlog puller feeds every changefeed, so its health is theirs (`upstream_health`).
+Each query's watcher looks at it every WATCH_SECONDS: while the puller reconnects or stalls, every
+changefeed shows `warning` with its error (the upstream named), even one whose query has nothing
+to read and so cannot fail; when the puller stopped for good, each fails with its error. A
+failure caused by the upstream is not retried after a blind backoff: the restart happens as soon
+as the puller has reconnected, so a changefeed goes on within seconds of the upstream's return.
+No changefeed stays `normal` with a frozen checkpoint because of its puller for longer than
+WATCH_SECONDS after the puller says so (at once for a lost connection, STALL_SECONDS for a
+puller that reads nothing).
 """
 
 from __future__ import annotations
@@ -37,11 +47,13 @@ from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
+from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
 from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch, unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
-from sparkcdc.sink.mysql.error_codes import is_configuration_message, is_retryable_message
+from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
+from sparkcdc.upstream.puller import RUNNING, PullerHealth
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -61,14 +73,27 @@ SINK_RETRY_SECONDS = 10.0
 # An idle changefeed still runs a Spark job this often, keeping a Python worker alive (Spark's
 # PythonWorkerFactory stops workers idle for a minute).
 KEEP_PYTHON_WORKER_SECONDS = 20.0
-# How often a query's watcher checks for a failed write the query has not yet seen (PipelinedWriter).
+# How often a query's watcher checks for a failed write the query has not yet seen (PipelinedWriter)
+# and for a problem of the binlog puller.
 WATCH_SECONDS = 1.0
+# While a changefeed waits for its upstream, how often it looks whether the puller is back.
+UPSTREAM_POLL_SECONDS = 0.25
+# How long a changefeed waits before handling a failure again when handling it failed (e.g. the
+# metadata store was unreachable while it recorded the failure).
+HANDLE_AGAIN_SECONDS = 5.0
+
+
+def always_healthy() -> PullerHealth:
+    """The upstream health of a runner without a puller (unit tests)."""
+    return PullerHealth(RUNNING, "", 0.0)
 
 
 @dataclass
 class _Retrying:
     since: _dt.datetime  # the first failure of this warning episode
     attempts: int = 0
+    upstream: bool = False  # the episode is the puller's problem: it ends only once the puller is back
+    connects: int = 0  # the puller's connections when the episode began or the changefeed last restarted
 
 
 @dataclass
@@ -142,7 +167,12 @@ class ChangefeedRunner:
         trigger_interval: str = "1 second",
         clock: Callable[[], _dt.datetime] = lambda: _dt.datetime.now(_dt.timezone.utc),
         cluster_id: str = "default",
+        server_id_base: int = 100000,
+        upstream_health: Callable[[], PullerHealth] = always_healthy,
     ):
+        """`store` is where checkpoints and states go (a cluster passes its fenced view);
+        `server_id_base` the first replication server id of this capture's range readers;
+        `upstream_health` the capture's binlog puller's health (see the module docstring)."""
         self._spark = spark
         self._cluster_id = cluster_id
         self._store = store
@@ -154,7 +184,8 @@ class ChangefeedRunner:
         self._clock = clock
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}
-        self._next_server_id = 100000
+        self._next_server_id = server_id_base
+        self._upstream_health = upstream_health
         self._retrying: dict[tuple[str, str], _Retrying] = {}  # warning episodes not yet recovered
         self._backing_off: dict[tuple[str, str], threading.Event] = {}  # set by stop(): no restart
         self._shutdown = threading.Event()
@@ -164,12 +195,32 @@ class ChangefeedRunner:
         self._stuck_override = parse_go_duration(override) if override else None
 
     def running(self) -> list[tuple[str, str]]:
+        """The changefeeds this runner holds: running, or waiting to be restarted after a failure."""
         with self._lock:
-            return list(self._running)
+            return list(dict.fromkeys([*self._running, *self._backing_off]))
+
+    def start_or_retry_later(self, info: ChangefeedInfo) -> None:
+        """Start the changefeed; a start that fails (the upstream is down, a sink unreachable) is
+        handled like a failure of its query, in the background: `warning` and another start when
+        retryable, else `failed`. For the capture's own starts (its restart, a cluster
+        assignment), where no caller would see the error."""
+        try:
+            self.start(info)
+        except Exception as exc:
+            message = user_message(exc)
+            log.warning("changefeed %s/%s could not start: %s", info.namespace, info.id, message)
+            key = (info.namespace, info.id)
+            cancelled = self._hold_for_restart(key)
+            threading.Thread(target=self._handle_failure, args=(key, message, cancelled),
+                             name=f"restart-{info.id}", daemon=True).start()
 
     def start(self, info: ChangefeedInfo) -> None:
         key = (info.namespace, info.id)
         parallelism = self._parallelism()  # over Spark Connect a query: not under the lock
+        with self._lock:
+            if key in self._running:
+                return
+        self._check_binlog_retained(info, self._store.get_status(info.namespace, info.id).checkpoint_ts)
         with self._lock:
             if key in self._running:
                 return
@@ -230,11 +281,21 @@ class ChangefeedRunner:
                 )
             self._running[key] = _Running(query, writer, sink, stopping, extras)
             if info.state == "warning" and key not in self._retrying:  # a warning from before a restart
-                self._retrying[key] = _Retrying(_error_time(info.error) or self._clock())
+                self._retrying[key] = _Retrying(_error_time(info.error) or self._clock(),
+                                                upstream=is_upstream_failure((info.error or {}).get("message", "")),
+                                                connects=self._upstream_health().connects)
         threading.Thread(
             target=self._watch, args=(key, query, writer, stopping), name=f"watch-{info.id}", daemon=True
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
+
+    def _check_binlog_retained(self, info: ChangefeedInfo, checkpoint_ts: int) -> None:
+        """Fail with ErrBinlogPurged, before any query starts, when the upstream no longer has the
+        binlog from the changefeed's checkpoint on (TiCDC refuses a start-ts below its GC safepoint)."""
+        position = TxnIndex(self._index_path).position_at(checkpoint_ts)
+        if position is not None:
+            check_binlog_retained(UpstreamConfig.from_uri(self._upstream_uri), position,
+                                  f"changefeed {info.namespace}/{info.id} at checkpoint {checkpoint_ts}")
 
     def _spool_dir(self, info: ChangefeedInfo) -> str:
         """The changefeed's spool directory, emptied, when the read tasks run on this machine (a
@@ -336,18 +397,20 @@ class ChangefeedRunner:
         threading.Thread(target=self.stop, args=(namespace, changefeed_id), daemon=True).start()
 
     def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event) -> None:
+        failure = None  # what the watcher itself stopped the query for
         try:
             while not query.awaitTermination(WATCH_SECONDS):
-                failure = writer.failure  # a failed write with no next batch to fail the query
+                # A failed write with no next batch to fail the query, or a puller that stopped for good.
+                failure = writer.failure or self._upstream_failure(key)
                 if failure is not None and not stopping.is_set():
                     stopping.set()
                     query.stop()
                     raise failure
             return
         except BaseException as exc:  # the query died: record why, keep the others running
-            if stopping.is_set() and writer.failure is None:
+            if stopping.is_set() and failure is None and writer.failure is None:
                 return
-            message = _short_error(exc)
+            message = user_message(exc)
         finally:
             with self._lock:
                 running = self._running.get(key)
@@ -358,38 +421,113 @@ class ChangefeedRunner:
                 _close_quietly(closeable)
         self._handle_failure(key, message)
 
-    def _handle_failure(self, key: tuple[str, str], message: str) -> None:
-        """Retry with backoff while the error is retryable and not stuck for too long; else fail."""
+    def _upstream_failure(self, key: tuple[str, str]) -> BaseException | None:
+        """`_check_upstream`, for the watcher: a metadata store that cannot be read or written
+        right now must not end the watch of a query that still runs."""
+        try:
+            return self._check_upstream(key)
+        except Exception as exc:
+            log.warning("changefeed %s/%s: could not show its puller's state: %s", *key, exc)
+            return None
+
+    def _check_upstream(self, key: tuple[str, str]) -> BaseException | None:
+        """Show the puller's problem on a running changefeed: `warning` while it may pass (the
+        query keeps running and goes on by itself when the puller is back), else the error to
+        fail the changefeed with. None while the puller is fine."""
+        problem = self._upstream_health().problem
+        if problem is None:
+            return None
+        message = str(problem)
+        if not is_retryable_failure(message):
+            return problem
+        with self._lock:
+            retrying = self._retrying.get(key)
+            if retrying is not None and retrying.upstream:
+                since = retrying.since  # already shown
+            else:
+                since = None
+        if since is None:
+            self._record_failure(key, message, upstream=True)
+            return None
+        info = self._store.get_changefeed(*key)
+        stuck_for = (self._clock() - since).total_seconds()
+        if stuck_for >= self._stuck_duration(info):
+            return problem  # _record_failure marks it failed, naming the stuck duration
+        return None
+
+    def _hold_for_restart(self, key: tuple[str, str]) -> threading.Event:
+        """Keep the changefeed as this runner's while it waits to restart; stop() sets the event."""
         cancelled = threading.Event()
         with self._lock:
             self._backing_off[key] = cancelled
+        return cancelled
+
+    def _handle_failure(self, key: tuple[str, str], message: str, cancelled: threading.Event | None = None) -> None:
+        """Retry while the error is retryable and not stuck for too long, else fail. Waits out a
+        retryable error's backoff, or the upstream's return (see `_wait_to_restart`)."""
+        cancelled = cancelled or self._hold_for_restart(key)
         try:
-            while message is not None:
-                delay = self._record_failure(key, message)
-                if delay is None or cancelled.wait(delay) or self._shutdown.is_set():
-                    return
-                message = self._restart(key)
-        except Exception:
-            log.exception("could not handle the failure of %s/%s", *key)
+            while message is not None and not cancelled.is_set() and not self._shutdown.is_set():
+                try:
+                    delay = self._record_failure(key, message)
+                    if delay is None or not self._wait_to_restart(key, delay, cancelled):
+                        return
+                    message = self._restart(key)
+                except Exception:
+                    # Recording the failure failed (e.g. the metadata store is unreachable): the
+                    # changefeed is neither running nor marked, so try again rather than leave it.
+                    log.exception("could not handle the failure of %s/%s; trying again in %.0fs", *key,
+                                  HANDLE_AGAIN_SECONDS)
+                    if cancelled.wait(HANDLE_AGAIN_SECONDS):
+                        return
         finally:
             with self._lock:
                 if self._backing_off.get(key) is cancelled:
                     del self._backing_off[key]
 
-    def _record_failure(self, key: tuple[str, str], message: str) -> float | None:
-        """Mark the changefeed warning (returning the backoff) or failed (returning None)."""
+    def _wait_to_restart(self, key: tuple[str, str], delay: float, cancelled: threading.Event) -> bool:
+        """Wait `delay` s before a restart, but restart as soon as the puller has reconnected
+        since the episode began or the last restart, or at once after an episode's first
+        failure caused by the upstream when the puller is already back (a blind backoff would keep
+        a changefeed down for up to 10 min after its upstream is back). False when cancelled, or
+        when the puller stopped for good (the changefeed is then failed with its error)."""
+        with self._lock:
+            retrying = self._retrying.get(key)
+        connects = retrying.connects if retrying is not None else self._upstream_health().connects
+        already_back = retrying is not None and retrying.upstream and retrying.attempts <= 1
+        deadline = time.monotonic() + delay
+        while True:
+            health = self._upstream_health()
+            if health.problem is not None and not is_retryable_failure(str(health.problem)):
+                self._record_failure(key, str(health.problem))
+                return False
+            back = health.problem is None and (health.connects != connects or already_back)
+            if back or time.monotonic() >= deadline:
+                if retrying is not None:
+                    retrying.connects = health.connects
+                return not cancelled.is_set()
+            if cancelled.wait(min(deadline - time.monotonic(), UPSTREAM_POLL_SECONDS)) or self._shutdown.is_set():
+                return False
+
+    def _record_failure(self, key: tuple[str, str], message: str, upstream: bool = False) -> float | None:
+        """Mark the changefeed warning (returning the backoff) or failed (returning None).
+        `upstream`: the puller's problem, shown on a changefeed whose query still runs (no
+        restart, so no backoff: None)."""
         info = self._store.get_changefeed(*key)
         if info.state not in ("normal", "warning"):
             return None  # paused, finished or failed meanwhile
         now = self._clock()
         with self._lock:
-            retrying = self._retrying.setdefault(key, _Retrying(now))
-            retrying.attempts += 1
-            attempts, since = retrying.attempts, retrying.since
+            retrying = self._retrying.get(key)
+            if retrying is None:
+                retrying = self._retrying[key] = _Retrying(now, connects=self._upstream_health().connects)
+            retrying.attempts += not upstream
+            retrying.upstream = retrying.upstream or upstream or is_upstream_failure(message)
+            attempts, since = max(1, retrying.attempts), retrying.since
         stuck_for = (now - since).total_seconds()
         limit = self._stuck_duration(info)
         retryable = is_retryable_failure(message)
-        info.error = {"addr": self._address, "code": _error_code(message), "message": message,
+        info.error = {"addr": self._address, "code": error_code(message), "message": message,
                       "time": now.isoformat()}
         if not retryable or stuck_for >= limit:
             with self._lock:
@@ -406,6 +544,9 @@ class ChangefeedRunner:
         # this changefeed has been stuck.
         info.error["time"] = since.isoformat()
         self._store.update_changefeed(info)
+        if upstream:
+            log.warning("changefeed %s/%s waits for its upstream: %s", key[0], key[1], message)
+            return None
         delay = min(RESTART_BACKOFF_MAX, RESTART_BACKOFF_INITIAL * 2 ** (attempts - 1))
         log.warning("changefeed %s/%s hit a retryable error (attempt %d); restarting from its checkpoint "
                     "in %.0fs: %s", key[0], key[1], attempts, delay, message)
@@ -420,13 +561,18 @@ class ChangefeedRunner:
             self.start(info)
             return None
         except Exception as exc:
-            return _short_error(exc)
+            return user_message(exc)
 
     def _recovered(self, key: tuple[str, str]) -> None:
-        """A batch went through after a restart: the changefeed is back to normal."""
+        """A batch went through after a restart: the changefeed is back to normal (for the
+        puller's problem: once the puller is running again too)."""
         with self._lock:
-            if self._retrying.pop(key, None) is None:
+            retrying = self._retrying.get(key)
+            if retrying is None:
                 return
+            if retrying.upstream and self._upstream_health().problem is not None:
+                return
+            del self._retrying[key]
         info = self._store.get_changefeed(*key)
         if info.state == "warning":
             info.state, info.error = "normal", None
@@ -505,40 +651,6 @@ def _warn_ineligible(index: TxnIndex, ts: int, config: ReplicaConfig, changefeed
             changefeed_id, ", ".join(f"{t.schema}.{t.table}" for t in ineligible))
 
 
-def _short_error(exc: BaseException) -> str:
-    """The user-facing part of a Spark streaming failure: our own error line when there is one."""
-    text = str(exc)
-    for line in text.splitlines():
-        if "[SPARKCDC:" in line:
-            return line[line.index("[SPARKCDC:"):].strip()
-    lines = [l for l in text.splitlines() if l.strip()]
-    return (lines[0] if lines else repr(exc))[:2000]
-
-
-# A storage backend, redo storage or Spark Connect server briefly unreachable passes by itself, as in TiCDC; a storage
-# error that retrying cannot fix (a file where a directory must be, access denied) is ErrStorageIO.
-_RETRYABLE_CODES = frozenset({"SPARKCDC:ErrMySQLConnectionError", "SPARKCDC:ErrUpstreamUnreachable",
-                              "SPARKCDC:ErrKafkaSendMessage", "SPARKCDC:ErrStorageUnavailable",
-                              "SPARKCDC:ErrRedoFileOp", "SPARKCDC:ErrSparkRemoteUnreachable",
-                              "SPARKCDC:ErrSparkRemoteSessionLost"})
-# Spark's own transient failures on a loaded machine: a Python worker that did not connect back
-# in time, a Py4J socket timeout. (MySQL errors are classified by number, in error_codes.py.)
-_TRANSIENT_SPARK_TEXT = ("Python worker failed to connect back", "CANNOT_OPEN_SOCKET", "SocketTimeoutException",
-                         "Py4JNetworkError")
-
-
-def is_retryable_failure(message: str) -> bool:
-    """Whether a changefeed failure may pass by itself (TiCDC retries these until stuck)."""
-    if is_configuration_message(message):
-        return False
-    code = _error_code(message)
-    if code in _RETRYABLE_CODES:
-        return True
-    if code in ("SPARKCDC:ErrMySQLTxnError", "SPARKCDC:ErrProcessorUnknown"):
-        return is_retryable_message(message) or any(marker in message for marker in _TRANSIENT_SPARK_TEXT)
-    return False
-
-
 def _error_time(error: dict | None) -> _dt.datetime | None:
     try:
         return _dt.datetime.fromisoformat(error["time"]) if error else None
@@ -553,9 +665,3 @@ def _close_quietly(sink) -> None:
         sink.close()
     except Exception:
         log.exception("closing the sink of a failed changefeed")
-
-
-def _error_code(message: str) -> str:
-    if message.startswith("[SPARKCDC:"):
-        return message[1:message.index("]")]
-    return "SPARKCDC:ErrProcessorUnknown"

@@ -25,8 +25,7 @@ from sparkcdc.server.capture_store import CaptureStoreView
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
 from sparkcdc.sink.factory import validate_sink
 from sparkcdc.upstream.connection import UpstreamConfig
-from sparkcdc.upstream.preflight import preflight
-from sparkcdc.upstream.puller import Puller
+from sparkcdc.upstream.puller import FAILED, STARTING, STOPPED, Puller, PullerHealth
 from sparkcdc.upstream.txn_index import TxnIndex
 
 if TYPE_CHECKING:
@@ -34,7 +33,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PULLER_SERVER_ID = 7700
+
+
+def replication_server_ids(data_dir: str) -> tuple[int, int]:
+    """(the puller's server_id, the first of its range readers' ids; each changefeed run takes the
+    next 1000) for a capture. Every replication connection to an upstream needs its own server_id:
+    the upstream drops a connection when another registers with the same id, so two servers on one
+    upstream (a cluster's captures, or independent single nodes) take theirs from a slot derived
+    from their data dir."""
+    slot = zlib.crc32(os.path.abspath(data_dir).encode()) % 3000
+    return 1_000_000 + slot, 10_000_000 + slot * 1_000_000
 _ER_ACCESS_DENIED = 1045
 # Seconds a single-node capture waits after start before warming Spark for its first changefeed.
 LOCAL_WARM_UP_DELAY = 5.0
@@ -61,7 +69,7 @@ class Capture:
         os.makedirs(options.data_dir, exist_ok=True)
         self.index_path = os.path.join(options.data_dir, "txn-index.sqlite")
         self.cluster = None
-        self._puller_server_id = PULLER_SERVER_ID
+        self._puller_server_id, self._reader_server_id_base = replication_server_ids(options.data_dir)
         if options.pd:
             from sparkcdc.server.cluster import ClusterMember
             from sparkcdc.server.etcd_client import EtcdClient
@@ -72,10 +80,6 @@ class Capture:
             self.store = CaptureStoreView(self._etcd_store, self.index_path, strict=False)
             self.cluster = ClusterMember(client, self._etcd_store, self.id, self._cluster_capture_info,
                                          options.capture_session_ttl)
-            # Captures of one cluster share the upstream: each needs its own replication server ids.
-            slot = zlib.crc32(os.path.abspath(options.data_dir).encode()) % 3000
-            self._puller_server_id = 1_000_000 + slot
-            self._reader_server_id_base = 10_000_000 + slot * 1_000_000
         else:
             self.store = MetaStore(os.path.join(options.data_dir, "meta.sqlite"))
         self.upstream = UpstreamConfig.from_uri(options.upstream_uri)
@@ -90,10 +94,12 @@ class Capture:
     def open(self) -> None:
         """Start the puller and the Spark session, and resume every running changefeed."""
         began = time.monotonic()
+        self._start_puller()
         try:
-            self._ensure_puller()
+            self._wait_index_ready(timeout=30.0)
         except SparkCDCError as exc:
-            # The server still serves its API (and its data); creating a changefeed retries.
+            # The server still serves its API (and its data); the puller keeps trying, and the
+            # changefeeds wait for it in `warning`.
             log.error("upstream not ready: %s", exc)
         puller_ready = time.monotonic()
         from sparkcdc.pipeline.runner import ChangefeedRunner
@@ -117,32 +123,32 @@ class Capture:
         log.info("puller ready in %.1fs, Spark session in %.1fs", puller_ready - began, time.monotonic() - puller_ready)
         if self.cluster is not None and not self.options.spark_remote:
             self._warm_up_spark()  # runs to the end: a capture may take over at any time
+        if self.cluster is not None:
+            # The runner's writes carry this capture's fence; its reads map checkpoints into our index.
+            runner_store = CaptureStoreView(self._etcd_store, self.index_path, self.cluster.fence_for)
+        else:
+            runner_store = self.store
         self._runner = ChangefeedRunner(
             self._spark,
-            self.store,
+            runner_store,
             self.index_path,
             self.options.upstream_uri,
             os.path.join(self.options.data_dir, "changefeeds"),
             self.options.addr,
             self.options.trigger_interval,
             cluster_id=self.options.cluster_id,
+            server_id_base=self._reader_server_id_base,
+            upstream_health=self.puller_health,
         )
         threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
         if self.cluster is not None:
-            # The runner's writes carry this capture's fence; its reads map checkpoints into our index.
-            self._runner._store = CaptureStoreView(self._etcd_store, self.index_path, self.cluster.fence_for)
-            self._runner._next_server_id = self._reader_server_id_base
             self.cluster.open(self._runner)
             return
         resumed = 0
         for info in self.store.list_changefeeds():
             if info.state in ("normal", "warning"):
-                try:
-                    self._ensure_puller()
-                    self._runner.start(info)
-                    resumed += 1
-                except Exception as exc:
-                    log.error("could not restart changefeed %s: %s", info.id, exc)
+                self._runner.start_or_retry_later(info)  # a failed start shows on the changefeed
+                resumed += 1
         if not resumed and not self.options.spark_remote:
             # The next `changefeed create` would start Spark's first streaming query cold; a
             # resumed changefeed warms it by itself. A create right after start (scripts, tests)
@@ -187,17 +193,20 @@ class Capture:
             if once or self._closed.wait(interval):
                 return
 
-    def _ensure_puller(self) -> Puller:
+    def _start_puller(self) -> Puller:
+        """The puller, started again when it stopped for good (a resume or create retries it)."""
         with self._puller_lock:
-            if self._puller is not None and self._puller.error is None:
+            if self._puller is not None and self._puller.health().state not in (FAILED, STOPPED):
                 return self._puller
             if self._puller is not None:
-                log.error("puller stopped with %s; restarting it", self._puller.error)
+                log.error("binlog puller stopped with %s; starting it again", self._puller.health().error)
                 self._puller.stop()
-            preflight(self.upstream)
-            puller = Puller(self.upstream, TxnIndex(self.index_path), self._puller_server_id)
-            puller.start()
-            self._puller = puller
+            self._puller = Puller(self.upstream, TxnIndex(self.index_path), self._puller_server_id).start()
+            return self._puller
+
+    def _ensure_puller(self) -> Puller:
+        """A puller whose index is ready (it has a resolved-ts), for calls that read the index."""
+        puller = self._start_puller()
         self._wait_index_ready()
         return puller
 
@@ -205,11 +214,27 @@ class Capture:
         index = TxnIndex(self.index_path)
         deadline = time.monotonic() + timeout
         while index.resolved_ts() == 0:
-            if self._puller is not None and self._puller.error is not None:
-                raise ErrUpstreamUnreachable(f"the binlog puller failed: {self._puller.error}")
+            health = self.puller_health()
+            if health.problem is not None:  # the upstream is down or misconfigured: say so now
+                raise health.problem
             if time.monotonic() > deadline:
-                raise ErrUpstreamUnreachable("the binlog puller did not start within 30s")
+                raise ErrUpstreamUnreachable(
+                    f"the binlog puller of upstream {self.upstream.masked_uri()} has not indexed it after "
+                    f"{timeout:.0f}s (it is {health.state}"
+                    + (f": {health.error.message}" if health.error is not None else "") + ")")
             time.sleep(0.1)
+
+    def puller_health(self) -> PullerHealth:
+        """The binlog puller's health (the runner shows its problems on every changefeed)."""
+        puller = self._puller
+        if puller is None:
+            return PullerHealth(STARTING, self.upstream.masked_uri(), time.time())
+        return puller.health()
+
+    def puller_state(self) -> dict:
+        """The puller as `changefeed query` shows it: this capture's, with its resolved-ts."""
+        return {**self.puller_health().to_json(), "capture_id": self.id,
+                "resolved_ts": TxnIndex(self.index_path).resolved_ts()}
 
     # -- ChangefeedController ----------------------------------------------------------------
     def validate(self, sink_uri: str, config: ReplicaConfig) -> None:

@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 
 class LocalRunner(Protocol):
-    def start(self, info: ChangefeedInfo) -> None: ...
+    def start_or_retry_later(self, info: ChangefeedInfo) -> None: ...
     def stop(self, namespace: str, changefeed_id: str) -> None: ...
     def running(self) -> list[tuple[str, str]]: ...
 
@@ -217,13 +217,10 @@ class ClusterMember:
                 continue
             with self._held_lock:
                 self._held[key] = _Held(assignment.mod_revision)
-            try:
-                self._runner.start(info)
-                log.info("capture %s: started changefeed %s/%s", self.capture_id, *key)
-            except Exception as exc:
-                log.error("capture %s: could not start changefeed %s/%s: %s", self.capture_id, *key, exc)
-                with self._held_lock:
-                    self._held.pop(key, None)
+            # A start that fails (the upstream is down) shows on the changefeed and is retried by
+            # the runner, which holds it meanwhile (running() lists it).
+            self._runner.start_or_retry_later(info)
+            log.info("capture %s: started changefeed %s/%s", self.capture_id, *key)
 
     # -- owner -----------------------------------------------------------------------------------
     def _owner_loop(self) -> None:

@@ -1,13 +1,15 @@
 """A private MariaDB server for tests and demos: own datadir, socket and port, binlog in ROW/FULL.
 
-`MariaDBServer(dir).start()` takes a few seconds; `python -m sparkcdc.testing.mariadb start --dir D`
-leaves one running for a demo and prints its URI, `stop --dir D` ends it.
+`MariaDBServer(dir).start()` takes a few seconds; `stop()` (or `kill()`) and `start()` again restart it
+on the same datadir and port, as an upstream restart or crash. `python -m sparkcdc.testing.mariadb
+start --dir D` leaves one running for a demo and prints its URI, `stop --dir D` ends it.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -163,12 +165,44 @@ class MariaDBServer:
             charset="utf8mb4",
         )
 
+    def purge_binlogs(self, timeout: float = 30.0) -> str:
+        """Start a new binlog file and purge every older one, as a server whose binlog retention
+        expired; returns the file left. Retried: MariaDB keeps a file until InnoDB has
+        checkpointed the transactions in it, a moment after the flush."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("FLUSH BINARY LOGS")
+                cur.execute("SHOW MASTER STATUS")
+                current = cur.fetchone()[0]
+                deadline = time.monotonic() + timeout
+                while True:
+                    cur.execute(f"PURGE BINARY LOGS TO '{current}'")
+                    cur.execute("SHOW BINARY LOGS")
+                    if cur.fetchone()[0] == current:
+                        cur.fetchall()
+                        return current
+                    cur.fetchall()
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"binlogs before {current} were not purged within {timeout}s")
+                    time.sleep(0.2)
+        finally:
+            conn.close()
+
     def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM: a clean shutdown (SIGKILL after `timeout`)."""
+        self._end(signal.SIGTERM, timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the server, as a crash would; `start()` brings it back on the same datadir and port."""
+        self._end(signal.SIGKILL, 30.0)
+
+    def _end(self, sig: int, timeout: float) -> None:
         pid = self._process.pid if self._process is not None else _read_pid(self.pid_file)
         if pid is None:
             return
         try:
-            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + timeout
@@ -193,6 +227,19 @@ class MariaDBServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def binlog_gtids(conn, since) -> list[str]:
+    """The GTIDs of every transaction in the server's binlog from `since` (a BinlogPosition) on,
+    in order, as the server itself lists them (SHOW BINLOG EVENTS)."""
+    gtids = []
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        files = [row[0] for row in cur.fetchall() if int(row[0].rsplit(".", 1)[1]) >= since.sequence]
+        for file in files:
+            cur.execute(f"SHOW BINLOG EVENTS IN '{file}'" + (f" FROM {since.pos}" if file == since.file else ""))
+            gtids += [re.search(r"\d+-\d+-\d+", row[5]).group() for row in cur.fetchall() if row[2] == "Gtid"]
+    return gtids
 
 
 def _read_pid(path: str) -> Optional[int]:

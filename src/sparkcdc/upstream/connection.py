@@ -1,14 +1,16 @@
-"""How to reach the upstream MySQL/MariaDB, and the few places where the two flavors differ."""
+"""How to reach the upstream MySQL/MariaDB, the few places where the two flavors differ, and
+what a failed conversation with it means for a user (`upstream_error`, `binlog_purged_error`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 from urllib.parse import unquote, urlsplit
 
 import pymysql
 
-from sparkcdc.errors import ErrUpstreamBinlogConfig, ErrUpstreamUnreachable, ErrUpstreamURIInvalid
+from sparkcdc.errors import (ErrBinlogPurged, ErrUpstreamBinlogConfig, ErrUpstreamUnreachable, ErrUpstreamURIInvalid,
+                             SparkCDCError)
 from sparkcdc.model.position import BinlogPosition
 
 MASK = "xxxxx"
@@ -64,6 +66,107 @@ class UpstreamConfig:
     def masked_uri(self) -> str:
         auth = self.user + (f":{MASK}" if self.password else "")
         return f"mysql://{auth}@{self.host}:{self.port}/"
+
+
+# The server's answer to a binlog dump from a position it no longer has (ER_MASTER_FATAL_ERROR_READING_BINLOG).
+ER_BINLOG_FATAL = 1236
+# Another replication connection registered with this one's server_id, and the server dropped this one.
+ER_SLAVE_SAME_ID = 4052
+# What a lost or refused connection looks like from pymysql, mysql-replication and the native framer.
+_CONNECTION_ERRORS = (pymysql.err.OperationalError, pymysql.err.InterfaceError, OSError)
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """A refused or lost connection, which a restarted upstream fixes (not a server's answer to
+    the request, such as a purged binlog)."""
+    return isinstance(exc, _CONNECTION_ERRORS) and _error_number(exc) != ER_BINLOG_FATAL
+
+
+def _error_number(exc: BaseException) -> Optional[int]:
+    if isinstance(exc, pymysql.err.MySQLError) and exc.args and isinstance(exc.args[0], int):
+        return exc.args[0]
+    return None
+
+
+def upstream_error(cfg: UpstreamConfig, exc: BaseException, doing: str,
+                   needed: Optional[BinlogPosition] = None, purged_fix: str = "") -> Optional[SparkCDCError]:
+    """The error a user sees for `exc`, met while `doing` (e.g. "reading the binlog at X") against
+    the upstream: ErrBinlogPurged for a dump from a purged position (`needed`, with `purged_fix`),
+    ErrUpstreamUnreachable for a refused or lost connection. None when `exc` is neither."""
+    if isinstance(exc, SparkCDCError):
+        return exc
+    if _error_number(exc) == ER_BINLOG_FATAL:
+        return binlog_purged_error(cfg, needed, doing, str(exc.args[-1]), purged_fix)
+    if not lost_connection(exc):
+        return None
+    # A MySQL error keeps its number in the text: the failure policy reads it (access denied is no outage).
+    detail = str(exc) if isinstance(exc, pymysql.err.MySQLError) else f"{type(exc).__name__}: {exc}"
+    if _error_number(exc) == ER_SLAVE_SAME_ID:
+        return ErrUpstreamUnreachable(
+            f"{doing}: upstream {cfg.masked_uri()} dropped the connection because another replication client "
+            f"registered with the same server_id ({detail}); two sparkcdc servers on one upstream need "
+            "different data dirs (their server ids derive from it), and no replica may use a sparkcdc id")
+    return ErrUpstreamUnreachable(
+        f"{doing}: the connection to upstream {cfg.masked_uri()} failed ({detail}); check that the upstream "
+        "server is running and reachable: the changefeed goes on by itself once it is back")
+
+
+def binlog_purged_error(cfg: UpstreamConfig, needed: Optional[BinlogPosition], doing: str, server_says: str,
+                        fix: str = "") -> ErrBinlogPurged:
+    """ErrBinlogPurged naming what is gone and the oldest binlog position the upstream still has."""
+    oldest = ""
+    try:
+        conn = cfg.connect(connect_timeout=5)
+        try:
+            first_file, gtids = oldest_binlog(conn)
+            oldest = f"; the oldest binlog it still has begins at {first_file}:4" + (
+                f" (after GTIDs {gtids})" if gtids else "")
+        finally:
+            conn.close()
+    except (SparkCDCError, pymysql.err.MySQLError) as exc:
+        oldest = f"; could not read its oldest binlog ({exc})"
+    what = f"the binlog from {needed}" if needed is not None else "the binlog"
+    return ErrBinlogPurged(
+        f"{doing}: {what} is no longer on upstream {cfg.masked_uri()} (the server says: {server_says}){oldest}. "
+        f"The changes in between cannot be replicated. {fix or RECREATE_FIX} To avoid it, keep binlogs longer "
+        "than changefeeds may lag or stay paused (binlog_expire_logs_seconds / expire_logs_days)")
+
+
+RECREATE_FIX = ("Recreate the changefeed with --start-ts at or after the oldest position above (after loading "
+                "the missing changes downstream, e.g. from a dump of the upstream; a snapshot is not supported "
+                "yet), or move its checkpoint there with `sparkcdc cli changefeed resume "
+                "--overwrite-checkpoint-ts`.")
+
+
+def oldest_binlog(conn) -> tuple[str, str]:
+    """(the oldest binlog file the server has, the GTID list at its start, "" if unknown)."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW BINARY LOGS")
+        rows = cur.fetchall()
+        if not rows:
+            raise ErrUpstreamBinlogConfig("the upstream lists no binary logs (log_bin=OFF?); set log-bin and restart")
+        first_file = rows[0][0]
+        cur.execute(f"SHOW BINLOG EVENTS IN '{first_file}' LIMIT 4")
+        for row in cur.fetchall():  # Log_name, Pos, Event_type, Server_id, End_log_pos, Info
+            if row[2] in ("Gtid_list", "Previous_gtids"):
+                return first_file, str(row[5]).strip("[] ")
+    return first_file, ""
+
+
+def check_binlog_retained(cfg: UpstreamConfig, needed: BinlogPosition, doing: str, fix: str = "") -> None:
+    """Raise ErrBinlogPurged when the upstream no longer has the binlog file of `needed`."""
+    conn = cfg.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SHOW BINARY LOGS")
+            files = [row[0] for row in cur.fetchall()]
+    except pymysql.err.MySQLError as exc:
+        raise upstream_error(cfg, exc, doing) or ErrUpstreamUnreachable(
+            f"{doing}: SHOW BINARY LOGS failed on upstream {cfg.masked_uri()}: {exc}") from exc
+    finally:
+        conn.close()
+    if files and needed.file not in files and needed.sequence < BinlogPosition(files[0], 4).sequence:
+        raise binlog_purged_error(cfg, needed, doing, f"{needed.file} is not in SHOW BINARY LOGS", fix)
 
 
 def _mask(uri: str) -> str:

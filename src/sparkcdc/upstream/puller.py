@@ -8,10 +8,22 @@ Row decoding happens later, in parallel, on binlog ranges (`range_reader`).
 Table definitions come from the schema store (`sparkcdc.schema`): information_schema is read
 once, when the index is bootstrapped, and every later version is computed from the DDL text,
 so a lagging or restarted puller records each version as it was at its commit-ts.
+
+The puller survives its upstream, as a MariaDB replica's IO thread does: a lost or refused
+connection (the server restarted, a KILL, a network cut; a socket silent for READ_TIMEOUT_SECONDS
+despite heartbeats counts as lost) is retried every RECONNECT_BACKOFF_MAX seconds at most, for
+as long as it takes, from the end of the last transaction in the index, which holds exactly the
+transactions whose resolved-ts was persisted (nothing is lost or recorded twice). An error that
+no retry fixes (a purged binlog, an event it cannot read, a binlog setting changed by the
+restart) stops it. `health()` says which of these it is in, with the coded error a user sees:
+the changefeed runner shows it on every changefeed of this capture (warning while it reconnects
+or stalls, failed when it stopped) and restarts queries as soon as it is running again.
 """
 
 from __future__ import annotations
 
+import datetime as _dt
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,11 +42,12 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from sparkcdc.errors import ErrBinlogUnsupportedEvent, SparkCDCError
+from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrPullerFailed, ErrPullerStalled, SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.model.events import DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.upstream.connection import UpstreamConfig, binlog_end
+from sparkcdc.upstream.connection import UpstreamConfig, binlog_end, upstream_error
+from sparkcdc.upstream.preflight import preflight
 from sparkcdc.schema.catalog import stable_table_id  # noqa: F401  (re-exported)
 from sparkcdc.schema.store import DDLOutcome, SchemaStore, is_ddl
 from sparkcdc.upstream.schema_reader import read_catalog
@@ -106,6 +119,48 @@ class _OpenTxn:
 # interval (1 s) plus an empty batch; at 1 s it reached 2.5-3.7 s on 2 busy cores
 # (bench/latency_bench.py), above issue 11's 2 s. Four heartbeats a second cost nothing measurable.
 DEFAULT_HEARTBEAT_SECONDS = 0.25
+# A replication socket silent this long despite heartbeats is dead (a half-open TCP connection
+# would otherwise block the read forever): reconnect. Data waiting in the socket is read at once
+# however busy this process is, so load does not trip it.
+READ_TIMEOUT_SECONDS = 10.0
+# Waits between reconnection attempts: a refused connection costs nothing, and the changefeeds
+# go on within about this much after the upstream is back.
+RECONNECT_BACKOFF_INITIAL = 0.5
+RECONNECT_BACKOFF_MAX = 2.0
+# A running puller that has read no event (not even a heartbeat) for this long is stalled.
+STALL_SECONDS = 30.0
+# While it reconnects, the puller logs the error at most this often.
+RECONNECT_LOG_SECONDS = 60.0
+# The puller's own position was purged: its index cannot go on.
+PULLER_PURGED_FIX = ("This server's transaction index ends there and cannot skip the gap: stop the server, move "
+                     "txn-index.sqlite out of its data dir and start it again (it indexes from the upstream's "
+                     "current position), then recreate the changefeeds with a newer --start-ts.")
+
+log = logging.getLogger(__name__)
+
+STARTING, RUNNING, RECONNECTING, STALLED, FAILED, STOPPED = (
+    "starting", "running", "reconnecting", "stalled", "failed", "stopped")
+
+
+@dataclass(frozen=True)
+class PullerHealth:
+    """What the puller is doing, for the changefeed runner and `changefeed query`."""
+
+    state: str  # starting | running | reconnecting | stalled | failed | stopped
+    upstream: str  # the masked upstream URI
+    since: float  # wall-clock time the state began
+    connects: int = 0  # successful (re)connections so far: a new one means the upstream came back
+    error: Optional[SparkCDCError] = None  # why it is reconnecting, stalled or failed
+
+    @property
+    def problem(self) -> Optional[SparkCDCError]:
+        """The error every changefeed of this capture shows, None while the puller is fine."""
+        return self.error if self.state in (RECONNECTING, STALLED, FAILED) else None
+
+    def to_json(self) -> dict:
+        return {"state": self.state, "upstream": self.upstream,
+                "since": _dt.datetime.fromtimestamp(self.since, _dt.timezone.utc).isoformat(),
+                "error": None if self.error is None else {"code": self.error.code, "message": self.error.message}}
 
 
 class Puller:
@@ -130,9 +185,12 @@ class Puller:
         self.flush_max_txns = flush_max_txns
         self.clock = clock
         self.piece_bytes = piece_bytes
-        self.error: Optional[BaseException] = None
+        self.error: Optional[SparkCDCError] = None  # set when it stopped for good (state failed)
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._state_lock = threading.Lock()
+        self._health = PullerHealth(STARTING, cfg.masked_uri(), time.time())
+        self._last_event = time.monotonic()
         self._stream: Optional[BinLogStreamReader] = None
         # The binlog position up to which everything is persisted (for wait_caught_up).
         self._flushed_position: Optional[BinlogPosition] = None
@@ -173,15 +231,83 @@ class Puller:
 
     # ---- the loop ------------------------------------------------------------------------------
 
+    def health(self) -> PullerHealth:
+        """The puller's state; a running puller that read nothing for STALL_SECONDS is `stalled`,
+        and one whose thread ended without saying why is `failed`."""
+        with self._state_lock:
+            health = self._health
+        if health.state == RUNNING:
+            silent = time.monotonic() - self._last_event
+            if silent > STALL_SECONDS:
+                return PullerHealth(STALLED, health.upstream, time.time() - silent, health.connects, ErrPullerStalled(
+                    f"the binlog puller has read nothing from upstream {health.upstream} for {silent:.0f}s (the "
+                    f"upstream sends a heartbeat every {self.heartbeat_seconds}s); the server log may say why"))
+        thread = self._thread
+        if thread is not None and not thread.is_alive() and health.state not in (FAILED, STOPPED):
+            return PullerHealth(FAILED, health.upstream, health.since, health.connects, ErrPullerFailed(
+                "the binlog puller thread ended without an error; resume the changefeeds to restart it"))
+        return health
+
+    def _set_state(self, state: str, error: Optional[SparkCDCError] = None, connected: bool = False) -> None:
+        with self._state_lock:
+            previous = self._health
+            since = previous.since if previous.state == state else time.time()
+            self._health = PullerHealth(state, previous.upstream, since, previous.connects + connected, error)
+        if state == FAILED:
+            self.error = error
+
     def _run(self) -> None:
+        """Pull until stopped; reconnect after a lost connection, stop for good on anything else."""
+        backoff = RECONNECT_BACKOFF_INITIAL
+        down_since = last_logged = None
         try:
-            self._pull()
-        except BaseException as e:  # surfaced through .error
-            if not self._stop.is_set():
-                self.error = e
+            while not self._stop.is_set():
+                try:
+                    self._pull()
+                    return
+                except BaseException as exc:
+                    if self._stop.is_set():
+                        return
+                    error = self._user_error(exc)
+                    if error.retryable is not True:
+                        log.error("binlog puller stopped: %s", error, exc_info=not isinstance(exc, SparkCDCError))
+                        self._set_state(FAILED, error)
+                        return
+                    now = time.monotonic()
+                    if self._health.state == RUNNING:  # it had recovered: a new outage
+                        backoff, down_since, last_logged = RECONNECT_BACKOFF_INITIAL, now, None
+                    down_since = down_since or now
+                    self._set_state(RECONNECTING, error)
+                    if last_logged is None or now - last_logged >= RECONNECT_LOG_SECONDS:
+                        log.warning("binlog puller: %s (reconnecting for %.0fs, retrying every %.1fs at most)",
+                                    error, now - down_since, RECONNECT_BACKOFF_MAX)
+                        last_logged = now
+                    self._stop.wait(backoff)
+                    backoff = min(RECONNECT_BACKOFF_MAX, backoff * 2)
         finally:
+            if self._health.state != FAILED:
+                self._set_state(STOPPED)
             with self._progress:
                 self._progress.notify_all()
+
+    def _user_error(self, exc: BaseException) -> SparkCDCError:
+        """The coded error a user sees for what stopped `_pull`."""
+        position = self._flushed_position
+        doing = f"the binlog puller reading from {position}" if position else "the binlog puller"
+        error = upstream_error(self.cfg, exc, doing, position, PULLER_PURGED_FIX)
+        if error is not None:
+            return error
+        return ErrPullerFailed(
+            f"{doing} stopped on an unexpected error: {type(exc).__name__}: {exc}; the server log has its trace. "
+            "Resume the changefeeds (`sparkcdc cli changefeed resume`) to restart it, and report it if it repeats")
+
+    def _connected(self) -> None:
+        """The stream delivered its first event: the upstream is there."""
+        if self._health.state != RUNNING:
+            down = time.time() - self._health.since
+            if self._health.state == RECONNECTING:
+                log.info("binlog puller reconnected to upstream %s after %.1fs", self.cfg.masked_uri(), down)
+            self._set_state(RUNNING, connected=True)
 
     def _bootstrap(self, ctl, attempts: int = 20) -> None:
         """Snapshot the schema at a binlog position. Two equal reads around the position prove no
@@ -203,35 +329,38 @@ class Puller:
         )
 
     def _pull(self) -> None:
+        """Connect, check the upstream's settings, and follow the binlog from the index's end."""
+        preflight(self.cfg)  # also after a restart: the upstream may come back with other settings
         ctl = self.cfg.connect()
         try:
             if self.index.is_empty():
                 self._bootstrap(ctl)
-            last = self.index.last_txn()
-            position = last.end if last else self.index.start_position()
-            self._last_ts = self.index.resolved_ts()
-            self.store = SchemaStore.from_index(self.index, self._last_ts)
-            self._flushed_position = position
-            self._stream = BinLogStreamReader(
-                connection_settings=self.cfg.connection_settings(),
-                server_id=self.server_id,
-                log_file=position.file,
-                log_pos=position.pos,
-                resume_stream=True,
-                blocking=True,
-                slave_heartbeat=self.heartbeat_seconds,
-                only_events=PULLER_EVENTS,
-                filter_non_implemented_events=False,
-                is_mariadb=False,
-                enable_logging=False,
-            )
-            self._loop(self._stream, ctl)
         finally:
             ctl.close()
-            if self._stream is not None:
-                self._stream.close()
+        last = self.index.last_txn()
+        position = last.end if last else self.index.start_position()
+        self._last_ts = self.index.resolved_ts()
+        self.store = SchemaStore.from_index(self.index, self._last_ts)
+        self._flushed_position = position
+        self._stream = BinLogStreamReader(
+            connection_settings={**self.cfg.connection_settings(), "read_timeout": READ_TIMEOUT_SECONDS},
+            server_id=self.server_id,
+            log_file=position.file,
+            log_pos=position.pos,
+            resume_stream=True,
+            blocking=True,
+            slave_heartbeat=self.heartbeat_seconds,
+            only_events=PULLER_EVENTS,
+            filter_non_implemented_events=False,
+            is_mariadb=False,
+            enable_logging=False,
+        )
+        try:
+            self._loop(self._stream)
+        finally:
+            self._stream.close()
 
-    def _loop(self, stream: BinLogStreamReader, ctl) -> None:
+    def _loop(self, stream: BinLogStreamReader) -> None:
         pending_txns: list[TxnRecord] = []
         pending_ddls: list[DDLEvent] = []
         pending_versions: list[TableVersion] = []
@@ -251,8 +380,10 @@ class Puller:
 
         while not self._stop.is_set():
             event = stream.fetchone()
+            self._last_event = time.monotonic()
             if event is None:
                 continue
+            self._connected()
             if isinstance(event, (MariadbGtidEvent, GtidEvent)):
                 if open_txn is not None:
                     raise ErrBinlogUnsupportedEvent(

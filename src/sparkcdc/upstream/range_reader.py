@@ -22,6 +22,7 @@ from __future__ import annotations
 import array
 import itertools
 import struct
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional
 
@@ -45,7 +46,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
 from sparkcdc.model.events import RowChange, TableInfo, Value
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.upstream.connection import UpstreamConfig
+from sparkcdc.upstream.connection import UpstreamConfig, lost_connection, upstream_error
 from sparkcdc.upstream import decoder_fixes  # noqa: F401  (corrects TIME2 decoding)
 from sparkcdc.upstream.native_decode import compile_layout, native_module
 
@@ -151,6 +152,10 @@ class TableLayout:
 
 def read_range(r: BinlogRange) -> Iterator[RowChange]:
     """Every row change in the range, in binlog order, with its transaction's commit-ts."""
+    return _reported(r, _read_range(r))
+
+
+def _read_range(r: BinlogRange) -> Iterator[RowChange]:
     native = native_module()
     txn, seq = -1, 0
     for number, commit_ts, layout, event in _row_events(r, native):
@@ -168,8 +173,21 @@ def read_range_batches(r: BinlogRange, batch_rows: int = DEFAULT_BATCH_ROWS) -> 
     (cut between events), in binlog order; the same rows as `read_range`."""
     native = native_module()
     if has_native_framer(native):
-        return framed_range_batches(r, native, batch_rows)
-    return replication_range_batches(r, native, batch_rows)
+        return _reported(r, framed_range_batches(r, native, batch_rows))
+    return _reported(r, replication_range_batches(r, native, batch_rows))
+
+
+def _reported(r: BinlogRange, items: Iterator) -> Iterator:
+    """`items`, with a lost upstream connection or a purged binlog raised as the coded error a
+    user sees (upstream.connection.upstream_error): this runs in a Spark task, and only our own
+    error line survives the trip through Spark to the changefeed's state."""
+    try:
+        yield from items
+    except Exception as exc:
+        error = upstream_error(r.upstream, exc, f"a Spark task reading the binlog range {r.start}..{r.end}", r.start)
+        if error is None or error is exc:
+            raise
+        raise error from exc
 
 
 def replication_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
@@ -290,6 +308,26 @@ def _read_table_maps(r: BinlogRange) -> dict:
 
 # --- The native framer -------------------------------------------------------------------------
 
+# How long a native range read waits for its upstream to come back, from the last event it read: a
+# restart takes seconds, and a task that waits it out spares the changefeed a failed micro-batch and
+# a restart. Past it the task fails, and the runner restarts the changefeed once its puller is back.
+UPSTREAM_WAIT_SECONDS = 30.0
+
+
+def _dump_when_reachable(r: BinlogRange, start: BinlogPosition, give_up_at: float) -> "_ReplicationDump":
+    """A binlog dump of `r`'s upstream from `start`, tried again while the upstream refuses
+    connections (it is restarting) until `give_up_at` (monotonic)."""
+    backoff = 0.25
+    while True:
+        try:
+            return _ReplicationDump(r.upstream, r.server_id, start)
+        except (OSError, pymysql.err.MySQLError) as exc:
+            if not lost_connection(exc) or time.monotonic() + backoff > give_up_at:
+                raise
+            time.sleep(backoff)
+            backoff = min(2 * backoff, 2.0)
+
+
 # How long a native range read waits for the upstream to send anything. The range is already in
 # the binlog, so a silent upstream is dead or stuck; the task fails and Spark retries it, where
 # mysql-replication's reader waited forever.
@@ -386,32 +424,38 @@ class _ReplicationDump:
 def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """`read_range_batches` with the native framer (`has_native_framer(native)`): the same
     batches, checks and errors as `replication_range_batches`, except that a range past the
-    binlog's end fails at once (the dump is non-blocking) and a silent upstream fails after
-    READ_TIMEOUT_SECONDS (OSError/TimeoutError), where mysql-replication would wait."""
+    binlog's end fails at once (the dump is non-blocking), a silent upstream fails after
+    READ_TIMEOUT_SECONDS (OSError/TimeoutError), where mysql-replication would wait, and an
+    upstream that refuses or drops the connection is waited for up to UPSTREAM_WAIT_SECONDS."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
     infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
     tables = _read_table_maps(r)  # table id -> mysql-replication's Table
     layouts: dict[int, TableLayout] = {}
     end_file_number, end_pos = r.end.key()
-    dump = _ReplicationDump(r.upstream, r.server_id, r.start)
+    dump = _dump_when_reachable(r, r.start, time.monotonic() + UPSTREAM_WAIT_SECONDS)
     try:
         reader = native.BinlogRangeReader(
             dump.fd, dump.checksum, READ_TIMEOUT_SECONDS, r.start.file, r.start.pos, end_file_number, end_pos,
             list(r.commit_ts), 0 if r.piece else -1, r.first_seq())
         for table_id, table in tables.items():
             reader.seed_table(table_id, table.schema, table.table)
-        events_at_connect = 0
+        events_at_connect, give_up_at = 0, time.monotonic() + UPSTREAM_WAIT_SECONDS
         while True:
             try:
                 status = reader.read(batch_rows)
-            except OSError:
+                if status == native.BINLOG_READ_SERVER_ERROR:
+                    pymysql.err.raise_mysql_exception(reader.pending()[1])
+            except (OSError, pymysql.err.MySQLError) as exc:
                 # As mysql-replication does on a lost connection: dump again from the last whole
-                # event. Only after progress, so a dead upstream fails the task instead of looping.
-                if reader.events == events_at_connect:
+                # event, waiting for a restarting upstream up to UPSTREAM_WAIT_SECONDS since the
+                # last progress, so a dead upstream fails the task instead of looping.
+                if not lost_connection(exc):
                     raise
+                if reader.events != events_at_connect:
+                    give_up_at = time.monotonic() + UPSTREAM_WAIT_SECONDS
                 dump.close()
-                dump = _ReplicationDump(r.upstream, r.server_id, BinlogPosition(reader.file, reader.pos))
+                dump = _dump_when_reachable(r, BinlogPosition(reader.file, reader.pos), give_up_at)
                 if dump.checksum != reader.checksum:
                     raise ErrBinlogUnsupportedEvent("binlog_checksum changed while a range was read; retry the task")
                 reader.reconnect(dump.fd)
@@ -451,8 +495,8 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
 
                 event_class = XAPrepareEvent if event_type == 38 else NotImplementedEvent
                 raise unsupported_event(dump.event(packet, reader.format_description, tables, event_class))
-            else:  # BINLOG_READ_SERVER_ERROR
-                pymysql.err.raise_mysql_exception(packet)
+            else:
+                raise ErrBinlogUnsupportedEvent(f"the native binlog framer returned an unknown status {status}")
     finally:
         dump.close()
     if reader.transactions != len(r.commit_ts):
