@@ -6,13 +6,21 @@ partitions and does not read it (docs/kafka-sink.md). This test rebuilds on its 
 `table` dispatcher keeps each table's changes in one partition in commit order, so replaying a
 partition's envelopes (op c/u/d with before/after) rebuilds each table. The workload has
 PK-changing updates (split into delete + insert, deletes of a transaction first), the product
-document's PK-swap transaction, multi-row transactions and column defaults."""
+document's PK-swap transaction, multi-row transactions and column defaults.
+
+A second changefeed writes DECIMAL(20,6) and BIGINT UNSIGNED values with `[sink.debezium]`
+decimal-handling-mode and bigint-unsigned-handling-mode `precise`; they are read back with
+Debezium's own rule for Kafka Connect Decimals (written in this test, not taken from the
+encoder) and must equal upstream's exactly (issue 21: TiCDC's doubles rounded 937 of 1,151
+values and turned ±99999999999999.999999 into NULL for a Flink reader)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import random
 import time
+from decimal import Decimal
 
 import pytest
 
@@ -26,6 +34,9 @@ pytestmark = pytest.mark.e2e
 
 DATABASE = "e2e_kafka_debezium"
 TOPIC = "cdc-e2e-debezium"
+MONEY_DATABASE = "e2e_kafka_debezium_money"
+MONEY_TOPIC = "cdc-e2e-debezium-precise"
+MONEY_CONFIG = ('[sink.debezium]\ndecimal-handling-mode = "precise"\nbigint-unsigned-handling-mode = "precise"\n')
 TABLES = {
     "accounts": "CREATE TABLE accounts (id INT PRIMARY KEY, name VARCHAR(32) NOT NULL DEFAULT 'anon', "
                 "balance BIGINT DEFAULT 0, flags BIT(3) DEFAULT b'101', kind ENUM('a','b c') DEFAULT 'a', "
@@ -118,6 +129,54 @@ def _workload(conn, seed: int = 11) -> None:
         cur.execute("COMMIT")
 
 
+def _money_rows(count: int = 400, seed: int = 3) -> list[tuple]:
+    """DECIMAL(20,6) values over the whole range, the extremes included, with BIGINT UNSIGNED ids."""
+    rng = random.Random(seed)
+    edges = ["99999999999999.999999", "-99999999999999.999999", "7056705757967.768814", "0.000000", "-0.000001"]
+    amounts = edges + [f"{rng.choice(['', '-'])}{rng.randint(0, 10**14 - 1)}.{rng.randint(0, 10**6 - 1):06d}"
+                       for _ in range(count - len(edges))]
+    ids = {2**64 - 1, 2**63, 2**63 - 1, 0}
+    while len(ids) < count:
+        ids.add(rng.randint(1, 2**64 - 2))
+    return list(zip(sorted(ids), amounts))
+
+
+def debezium_decimal(field: dict, value: str) -> Decimal:
+    """Debezium's rule for org.apache.kafka.connect.data.Decimal in JSON: the base64 of the
+    unscaled value's big-endian two's-complement bytes, with the field's `scale` parameter."""
+    assert field["type"] == "bytes" and field["name"] == "org.apache.kafka.connect.data.Decimal", field
+    unscaled = int.from_bytes(base64.b64decode(value), byteorder="big", signed=True)
+    return Decimal(unscaled).scaleb(-int(field["parameters"]["scale"]))
+
+
+def read_precise_money(bootstrap: str, want: int, timeout: float = 180.0) -> dict[Decimal, Decimal]:
+    """{id: amount} decoded from the precise changefeed's insert envelopes."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "dbz-precise", "enable.auto.commit": False})
+    got: dict[Decimal, Decimal] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and not consumer.assignment():
+            topics = consumer.list_topics(MONEY_TOPIC, timeout=10).topics
+            if MONEY_TOPIC in topics and topics[MONEY_TOPIC].error is None:
+                consumer.assign([TopicPartition(MONEY_TOPIC, p, 0) for p in topics[MONEY_TOPIC].partitions])
+            else:
+                time.sleep(2)
+        while len(got) < want and time.monotonic() < deadline:
+            for message in consumer.consume(500, 0.5):
+                if message.error() is not None or message.value() is None:
+                    continue
+                envelope = json.loads(message.value())
+                image = next(f for f in envelope["schema"]["fields"] if f["field"] == "after")
+                fields = {f["field"]: f for f in image["fields"]}
+                after = envelope["payload"]["after"]
+                got[debezium_decimal(fields["id"], after["id"])] = debezium_decimal(fields["amount"], after["amount"])
+    finally:
+        consumer.close()
+    return got
+
+
 def test_debezium_envelopes_rebuild_the_tables(mariadb, tmp_path):
     broker = KafkaBroker(tmp_path / "kafka").start()
     sink_uri = f"kafka://{broker.bootstrap}/{TOPIC}?protocol=debezium&partition-num=3"
@@ -137,6 +196,17 @@ def test_debezium_envelopes_rebuild_the_tables(mariadb, tmp_path):
     try:
         server.cli("changefeed", "create", "-c", "to-kafka-debezium", "--config", str(config),
                    "--sink-uri", sink_uri)
+        money_config = tmp_path / "money.toml"
+        money_config.write_text(f'[filter]\nrules = ["{MONEY_DATABASE}.*"]\n' + MONEY_CONFIG)
+        server.cli("changefeed", "create", "-c", "debezium-precise", "--config", str(money_config),
+                   "--sink-uri", f"kafka://{broker.bootstrap}/{MONEY_TOPIC}?protocol=debezium&partition-num=1")
+        money = _money_rows()
+        with up.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{MONEY_DATABASE}`")
+            cur.execute(f"CREATE DATABASE `{MONEY_DATABASE}`")
+            cur.execute(f"CREATE TABLE `{MONEY_DATABASE}`.money (id BIGINT UNSIGNED PRIMARY KEY, "
+                        "amount DECIMAL(20,6) NOT NULL)")
+            cur.executemany(f"INSERT INTO `{MONEY_DATABASE}`.money VALUES (%s, %s)", money)
         _workload(up)
         expected = {name: read_upstream_table(up, DATABASE, name) for name in TABLES}
         assert len(expected["accounts"]) > 20 and len(expected["pairs"]) == 2
@@ -156,6 +226,11 @@ def test_debezium_envelopes_rebuild_the_tables(mariadb, tmp_path):
         # The rows really came through Debezium envelopes with PK changes as delete + insert.
         assert rebuilder.messages > 150
         assert rebuilder.tables["pairs"] == {("1",): {"a": "1", "b": "2"}, ("2",): {"a": "2", "b": "1"}}
+
+        upstream_money = {Decimal(key[0]): Decimal(row["amount"])
+                          for key, row in read_upstream_table(up, MONEY_DATABASE, "money").items()}
+        assert upstream_money == {Decimal(i): Decimal(a) for i, a in money}
+        assert read_precise_money(broker.bootstrap, len(money)) == upstream_money
     finally:
         if rebuilder is not None:
             rebuilder.close()

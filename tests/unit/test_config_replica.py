@@ -74,12 +74,29 @@ def test_to_dict_is_snake_case_json_shape():
     ('[sink.cloud-storage-config]\nworker-count = 0', ["worker-count", "1 and 512"]),
     ('[sink.cloud-storage-config]\nfile-size = 10', ["file-size"]),
     ('[sink.cloud-storage-config]\nbogus = 1', ["sink.cloud-storage-config.bogus", "worker-count"]),
+    ('[sink.debezium]\ndecimal-handling-mode = "exact"', ["sink.debezium.decimal-handling-mode",
+                                                          "double, precise, string"]),
+    ('[sink.debezium]\nbigint-unsigned-handling-mode = "string"', ["sink.debezium.bigint-unsigned-handling-mode",
+                                                                   "long, precise"]),
+    ('[sink.debezium]\ndecimal.handling.mode = "precise"', ["sink.debezium.decimal", "decimal-handling-mode"]),
 ])
 def test_invalid_values_name_the_key(text, fragments):
     with pytest.raises(ErrInvalidReplicaConfig) as info:
         parse_replica_config(text)
     for fragment in fragments:
         assert fragment in info.value.message
+
+
+def test_debezium_value_modes():
+    cfg = parse_replica_config('[sink.debezium]\ndecimal-handling-mode = "precise"\n'
+                               'bigint-unsigned-handling-mode = "precise"\noutput-old-value = false')
+    modes = cfg.sink.debezium
+    assert (modes.decimal_handling_mode, modes.bigint_unsigned_handling_mode, modes.output_old_value) == \
+        ("precise", "precise", False)
+    assert replica_config_from_dict(replica_config_to_dict(cfg)) == cfg
+    # TiCDC's codec is the default: decimals as doubles, BIGINT UNSIGNED as a (wrapped) long.
+    assert (ReplicaConfig().sink.debezium.decimal_handling_mode,
+            ReplicaConfig().sink.debezium.bigint_unsigned_handling_mode) == ("double", "long")
 
 
 def test_toml_syntax_error_has_line_and_column():

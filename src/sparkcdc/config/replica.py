@@ -110,6 +110,17 @@ class OpenProtocolConfig:
 
 
 @dataclass
+class DebeziumConfig:
+    """`[sink.debezium]`: TiCDC's output-old-value, and the value modes of Debezium's MySQL
+    connector (its `decimal.handling.mode` and `bigint.unsigned.handling.mode`), whose defaults
+    here are what TiCDC's Debezium codec writes (docs/kafka-sink.md)."""
+
+    output_old_value: bool = True
+    decimal_handling_mode: str = "double"  # double | precise | string
+    bigint_unsigned_handling_mode: str = "long"  # long | precise
+
+
+@dataclass
 class DeltaConfig:
     """`[sink.delta]`: the Delta Lake sink (docs/lakehouse-sinks.md); `mode` and `schema-mode`
     may also be given in the sink URI, which wins."""
@@ -156,6 +167,7 @@ class SinkConfig:
     column_selectors: list[ColumnSelector] = field(default_factory=list)
     schema_registry: str = ""
     open: OpenProtocolConfig = field(default_factory=OpenProtocolConfig)
+    debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
     kafka_config: KafkaConfig = field(default_factory=KafkaConfig)
     cloud_storage_config: CloudStorageConfig = field(default_factory=CloudStorageConfig)
     delta: DeltaConfig = field(default_factory=DeltaConfig)
@@ -290,6 +302,8 @@ def _init_rules() -> None:
     _CHOICES[(CodecConfig, "avro_decimal_handling_mode")] = ("precise", "string")
     _CHOICES[(CodecConfig, "avro_bigint_unsigned_handling_mode")] = ("long", "string")
     _CHOICES[(CodecConfig, "encoding_format")] = ("json", "avro")
+    _CHOICES[(DebeziumConfig, "decimal_handling_mode")] = ("double", "precise", "string")
+    _CHOICES[(DebeziumConfig, "bigint_unsigned_handling_mode")] = ("long", "precise")
     _RANGES[(CodecConfig, "max_batch_size")] = (1, 2**31 - 1)
     _CHOICES[(LargeMessageHandleConfig, "large_message_handle_option")] = (
         "none", "handle-key-only", "claim-check")
@@ -314,7 +328,6 @@ def _init_rules() -> None:
         "send_bootstrap_to_all_partition": True,
         "send_all_bootstrap_at_start": False,
         "debezium_disable_schema": False,
-        "debezium": {"output_old_value": True},
         "pulsar_config": {},
         "mysql_config": {},
     }

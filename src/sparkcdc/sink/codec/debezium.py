@@ -3,9 +3,17 @@
 One message per row: key `{"payload":{handle key},"schema":{...Key}}`, value
 `{"payload":{"source":{...},"ts_ms","transaction":null,"op","before","after"},"schema":{...Envelope}}`.
 Values follow Debezium's MySQL connector: dates as epoch days, datetimes as epoch ms (fsp <= 3)
-or µs, timestamps as ISO text in UTC, times as µs, decimals as float64, binary as base64,
-BIT(1) as a boolean and wider bits as little-endian bytes. DDL and watermarks are not sent.
-TiCDC's jsoniter writer does not escape HTML, so strings are quoted without it here.
+or µs, timestamps as ISO text in UTC, times as µs, binary as base64, BIT(1) as a boolean and
+wider bits as little-endian bytes. DDL and watermarks are not sent. TiCDC's jsoniter writer does
+not escape HTML, so strings are quoted without it here.
+
+Decimals and BIGINT UNSIGNED follow `[sink.debezium]`'s modes, named as Debezium's connector names
+them. TiCDC's codec writes decimals as float64 and BIGINT UNSIGNED as a wrapped int64, which are
+the defaults (`double`, `long`): a DECIMAL(20,6) loses digits, and a Debezium consumer reads the
+float64 of 99999999999999.999999 (1e14) as out of range. `precise` writes Kafka Connect's
+`org.apache.kafka.connect.data.Decimal` (bytes: the big-endian two's-complement unscaled value,
+base64 in JSON, with `scale` and, for DECIMAL, `connect.decimal.precision` in the field's
+parameters); the decimal mode `string` writes the plain decimal text.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import time
 from decimal import Decimal
 from typing import Callable, Optional, Sequence
 
-from sparkcdc.config.replica import SinkConfig
+from sparkcdc.config.replica import DebeziumConfig, SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec.mysqltypes import display_length, is_binary, type_name
@@ -33,6 +41,8 @@ _TOPIC_INVALID = re.compile(r"[^A-Za-z0-9._\-]")
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t",
             "\u2028": "\\u2028", "\u2029": "\\u2029"}
 _NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\\u2028\u2029]')
+_DEFAULT_MODES = DebeziumConfig()
+KAFKA_CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 
 
 def quote(text: str) -> str:
@@ -72,17 +82,25 @@ def _is_zero_date(match: re.Match) -> bool:
     return int(match.group(2)) == 0 or int(match.group(3)) == 0
 
 
-def _field_schema(col: ColumnInfo) -> Optional[str]:
+def _field_schema(col: ColumnInfo, modes: DebeziumConfig = _DEFAULT_MODES) -> Optional[str]:
     """The Kafka Connect schema of one column (with its `default` after `field`, as TiCDC writes
     it), or None for a type Debezium has no mapping for."""
-    schema = _field_type_schema(col)
+    schema = _field_type_schema(col, modes)
     if schema is None or col.default is None:
         return schema
-    default = _default_json(col, col.default)
+    default = _default_json(col, col.default, modes)
     return schema if default is None else schema[:-1] + f',"default":{default}}}'
 
 
-def _default_json(col: ColumnInfo, default: str) -> Optional[str]:
+def _exact_number(col: ColumnInfo, modes: DebeziumConfig) -> bool:
+    """Whether the column's values are written as Kafka Connect Decimals or decimal text."""
+    name = type_name(col)
+    if name == "decimal":
+        return modes.decimal_handling_mode != "double"
+    return name == "bigint" and col.unsigned and modes.bigint_unsigned_handling_mode == "precise"
+
+
+def _default_json(col: ColumnInfo, default: str, modes: DebeziumConfig = _DEFAULT_MODES) -> Optional[str]:
     """TiCDC's writeDebeziumFieldSchema `default`: numbers through ParseFloat (so `5` and `5.5`),
     temporal ones as their values would be (CURRENT_TIMESTAMP as the epoch), None when it writes
     nothing. (TiCDC also writes a NULL value as the default; we keep NULL values NULL.)"""
@@ -91,6 +109,9 @@ def _default_json(col: ColumnInfo, default: str) -> Optional[str]:
     try:
         if name == "bit":
             return field_value(col, str(int(default)))
+        if _exact_number(col, modes):  # the default as the column's values are written
+            scale = (col.scale or 0) if name == "decimal" else 0
+            return field_value(col, f"{Decimal(default):.{scale}f}", modes)
         if name in ("varchar", "char", "varbinary", "binary", "enum", "set", "json") or \
                 name.endswith("text") or name.endswith("blob"):
             return quote(default)
@@ -121,12 +142,12 @@ def _default_json(col: ColumnInfo, default: str) -> Optional[str]:
             return go_float64(year)
         if name in ("tinyint", "smallint", "mediumint", "int", "bigint", "float", "double", "decimal"):
             return go_float64(float(default))
-    except ValueError:
+    except (ValueError, ArithmeticError):  # not a number: Decimal's InvalidOperation too
         return None
     return None
 
 
-def _field_type_schema(col: ColumnInfo) -> Optional[str]:
+def _field_type_schema(col: ColumnInfo, modes: DebeziumConfig = _DEFAULT_MODES) -> Optional[str]:
     name = type_name(col)
     optional = "true" if col.nullable and not col.is_primary_key else "false"
     head = f'"optional":{optional}'
@@ -171,9 +192,16 @@ def _field_type_schema(col: ColumnInfo) -> Optional[str]:
     if name == "int":
         return simple("int64" if col.unsigned else "int32")
     if name == "bigint":
+        if col.unsigned and modes.bigint_unsigned_handling_mode == "precise":
+            return named("bytes", KAFKA_CONNECT_DECIMAL, '"scale":"0"')
         return simple("int64")
     if name == "float":
         return simple("float")
+    if name == "decimal" and modes.decimal_handling_mode == "precise":
+        return named("bytes", KAFKA_CONNECT_DECIMAL,
+                     f'"scale":"{col.scale or 0}","connect.decimal.precision":"{col.precision or 10}"')
+    if name == "decimal" and modes.decimal_handling_mode == "string":
+        return simple("string")
     if name in ("double", "decimal"):
         return simple("double")
     if name == "year":
@@ -181,11 +209,23 @@ def _field_type_schema(col: ColumnInfo) -> Optional[str]:
     return None  # geometry and the like: TiCDC logs "unsupported field type" and writes nothing
 
 
-def field_value(col: ColumnInfo, value: Value) -> str:
+def connect_decimal_bytes(unscaled: int) -> bytes:
+    """Kafka Connect's Decimal bytes: Java's BigInteger.toByteArray() of the unscaled value
+    (big-endian two's complement, as few bytes as hold the sign)."""
+    bits = unscaled.bit_length() if unscaled >= 0 else (~unscaled).bit_length()
+    return unscaled.to_bytes(bits // 8 + 1, "big", signed=True)
+
+
+def field_value(col: ColumnInfo, value: Value, modes: DebeziumConfig = _DEFAULT_MODES) -> str:
     """One column value as Debezium JSON text."""
     if value is None:
         return "null"
     name = type_name(col)
+    if _exact_number(col, modes):
+        if name == "decimal" and modes.decimal_handling_mode == "string":
+            return quote(value)  # the canonical text: the column's scale, as BigDecimal.toPlainString()
+        unscaled = int(value.replace(".", ""))
+        return '"' + base64.b64encode(connect_decimal_bytes(unscaled)).decode() + '"'
     not_null = not col.nullable or col.is_primary_key
     if name == "bit":
         number = int(value)
@@ -292,11 +332,12 @@ class DebeziumEncoder:
     ddl_broadcast = True
 
     def __init__(self, sink: SinkConfig, clock: Callable[[], float] = time.time,
-                 cluster_id: str = DEFAULT_CLUSTER_ID, output_old_value: bool = True):
+                 cluster_id: str = DEFAULT_CLUSTER_ID):
         self._sink = sink
         self._clock = clock
         self._cluster_id = cluster_id
-        self._output_old_value = output_old_value
+        self._modes = sink.debezium
+        self._output_old_value = sink.debezium.output_old_value
         self._fields: dict[tuple[str, str, int], tuple[str, str]] = {}
 
     def _schemas(self, table: TableInfo) -> tuple[str, str]:
@@ -304,16 +345,15 @@ class DebeziumEncoder:
         cache_key = (table.schema, table.table, table.version)
         cached = self._fields.get(cache_key)
         if cached is None:
-            value_fields = ",".join(f for f in map(_field_schema, table.columns) if f is not None)
+            value_fields = ",".join(f for f in (_field_schema(c, self._modes) for c in table.columns) if f is not None)
             key_cols = [c for c in table.columns if c.name in table.handle_key]
-            key_fields = ",".join(f for f in map(_field_schema, key_cols) if f is not None)
+            key_fields = ",".join(f for f in (_field_schema(c, self._modes) for c in key_cols) if f is not None)
             cached = self._fields[cache_key] = (value_fields, key_fields)
         return cached
 
-    @staticmethod
-    def _values(table: TableInfo, image: Sequence[Value], only: Optional[tuple[str, ...]] = None) -> str:
-        parts = [f"{quote(col.name)}:{field_value(col, value)}" for col, value in zip(table.columns, image)
-                 if (only is None or col.name in only) and _field_schema(col) is not None]
+    def _values(self, table: TableInfo, image: Sequence[Value], only: Optional[tuple[str, ...]] = None) -> str:
+        parts = [f"{quote(col.name)}:{field_value(col, value, self._modes)}" for col, value in zip(table.columns, image)
+                 if (only is None or col.name in only) and _field_type_schema(col) is not None]
         return "{" + ",".join(parts) + "}"
 
     def encode_key(self, table: TableInfo, row: RowChange) -> bytes:
@@ -370,29 +410,40 @@ class DebeziumEncoder:
 
 # -- decoding (tests and tools; TiCDC's consumer does not read Debezium) ------------------------
 def decode_value(table: TableInfo, value: bytes) -> RowChange:
-    """A Debezium value message back to a RowChange in canonical form, for round-trip checks."""
+    """A Debezium value message back to a RowChange in canonical form, for round-trip checks;
+    each value is read by its field's schema in the message (decimals are exact unless written
+    as doubles)."""
     import json
 
     message = json.loads(value)
     payload = message["payload"]
     source = payload["source"]
     op = {"c": "insert", "u": "update", "d": "delete"}[payload["op"]]
+    image_schema = next(f for f in message["schema"]["fields"] if f["field"] == "after")
+    field_schemas = {f["field"]: f for f in image_schema["fields"]}
 
     def image(fields: Optional[dict]) -> Optional[tuple]:
         if fields is None:
             return None
-        return tuple(canonical_value(col, fields.get(col.name)) for col in table.columns)
+        return tuple(canonical_value(col, fields.get(col.name), field_schemas.get(col.name)) for col in table.columns)
 
     return RowChange(int(source["commit_ts"]), source["db"], source["table"], op,
                      before=image(payload.get("before")) if op != "insert" else None,
                      after=image(payload.get("after")) if op != "delete" else None)
 
 
-def canonical_value(col: ColumnInfo, value) -> Value:
-    """A decoded Debezium JSON value back in sparkcdc's canonical text form (lossy for decimals)."""
+def canonical_value(col: ColumnInfo, value, field_schema: Optional[dict] = None) -> Value:
+    """A decoded Debezium JSON value back in sparkcdc's canonical text form, read as its field's
+    schema says (a double for a decimal is lossy)."""
     if value is None:
         return None
     name = type_name(col)
+    if field_schema is not None and field_schema.get("name") == KAFKA_CONNECT_DECIMAL:
+        scale = int(field_schema["parameters"]["scale"])
+        unscaled = int.from_bytes(base64.b64decode(value), "big", signed=True)
+        return f"{Decimal(unscaled).scaleb(-scale):.{scale}f}"
+    if name == "decimal" and isinstance(value, str):
+        return value
     if name == "bit":
         if isinstance(value, bool):
             return "1" if value else "0"
@@ -422,7 +473,7 @@ def canonical_value(col: ColumnInfo, value) -> Value:
         fsp = col.scale or 0
         return text + ("." + f"{fraction:06d}"[:fsp] if fsp else "")
     if name == "bigint" and col.unsigned and value < 0:
-        return str(value + 2**64)
+        return str(value + 2**64)  # the long mode's wrapped int64
     if name == "decimal":
         scale = col.scale or 0
         return f"{Decimal(repr(float(value))):.{scale}f}"
