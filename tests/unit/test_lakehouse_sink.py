@@ -287,3 +287,21 @@ def test_sink_uris(tmp_path):
         parse_lakehouse_uri(f"delta://{tmp_path}?protocol=csv", SinkConfig())
     with pytest.raises(ErrInvalidReplicaConfig, match="upsert or changelog"):
         parse_lakehouse_uri(f"delta://{tmp_path}?mode=merge", SinkConfig())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_changelog_with_old_values_follows_ddl_and_records_truncate(tmp_path, fmt, duck):
+    sink = make(tmp_path, fmt, mode="changelog", old_value=True)
+    sink.write_rows(INFO, [ins(10, 1), upd(11, ("1", "x", "1"), ("1", "y", "2"))])
+    sink.write_checkpoint(11)
+    renamed = TableInfo("db", "t", 1, (COLUMNS[0], ColumnInfo("w", "varchar"), ColumnInfo("n", "bigint"),
+                                       ColumnInfo("c", "int", default="5")), 20, ("id",))
+    sink.write_ddl(alter(20, "ALTER TABLE t RENAME COLUMN v TO w, MODIFY n BIGINT, ADD c INT DEFAULT 5", INFO, renamed,
+                         "multi schema change"))
+    sink.write_rows(renamed, [RowChange(30, "db", "t", "update", ("1", "y", "2", "5"), ("1", "z", "3", "6"))])
+    sink.write_checkpoint(30)
+    sink.write_ddl(DDLEvent(40, "db", "t", "TRUNCATE TABLE t", "truncate table", renamed, renamed))
+    rows = read(sink, fmt, duck, columns=renamed.columns)
+    assert [(r["_op"], r["w"], r["_old_w"], r["n"], r["_old_n"], r["c"], r["_old_c"]) for _, r in sorted(rows.items())] == [
+        ("insert", "x", None, "1", None, "5", None), ("update", "y", "x", "2", "1", "5", None),
+        ("update", "z", "y", "3", "2", "6", "5"), ("truncate", None, None, None, None, None, None)]

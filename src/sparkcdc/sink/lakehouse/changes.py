@@ -8,7 +8,8 @@ This is the one place that decides what a batch does to a table, for Delta and I
   key. The table is then: rows of every touched key removed, the `upserts` written. A format
   applies that as one MERGE (Delta) or one copy-on-write overwrite snapshot (Iceberg).
 - changelog mode (`changelog_table`): every change appended as a row with `_op`, `_commit_ts`,
-  `_seq` (its position in its transaction) and, with old-value, the before image as `_old_<c>`.
+  `_seq` (its position in its transaction) and, with old-value, the before image as `_old_<c>`;
+  a TRUNCATE TABLE appends one row with `_op = 'truncate'` (`truncate_marker`).
 
 Rows at or below the table's watermark (the commit-ts its last commit recorded) were applied
 before a crash and are dropped (`ChangeBuffer.after`): a replayed batch is applied once.
@@ -126,6 +127,13 @@ def changelog_schema(info: TableInfo, old_value: bool) -> pa.Schema:
     if old_value:
         fields += [field.with_name(OLD_PREFIX + field.name) for field in arrow_schema(info)]
     return pa.schema(fields)
+
+
+def truncate_marker(schema: pa.Schema, commit_ts: int) -> pa.Table:
+    """A changelog table's record of a TRUNCATE TABLE: `_op = 'truncate'`, every column NULL."""
+    values = {OP_COLUMN: pa.array(["truncate"]), COMMIT_TS_COLUMN: pa.array([commit_ts], pa.int64()),
+              SEQ_COLUMN: pa.array([0], pa.int64())}
+    return pa.Table.from_arrays([values.get(f.name, pa.nulls(1, f.type)) for f in schema], schema=schema)
 
 
 def changelog_table(info: TableInfo, rows: pa.Table, old_value: bool) -> pa.Table:

@@ -10,7 +10,7 @@ the changefeed with ErrLakehouseSchemaChange, before anything is written.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 from sparkcdc.errors import ErrLakehouseSchemaChange
@@ -48,6 +48,17 @@ class SchemaEvolution:
     @property
     def changes_nothing(self) -> bool:
         return not (self.added or self.dropped or self.widened or self.renames)
+
+    def with_copies(self, prefix: str) -> "SchemaEvolution":
+        """This evolution plus the same changes to a copy of every column named `prefix + name`
+        (a changelog table's old image, `_old_<column>`)."""
+        def copy(change: ColumnChange) -> ColumnChange:
+            source = None if change.source is None else prefix + change.source
+            return ColumnChange(replace(change.column, name=prefix + change.column.name), source)
+
+        return SchemaEvolution(self.columns + tuple(map(copy, self.columns)),
+                               self.dropped + tuple(prefix + name for name in self.dropped),
+                               self.widened + tuple(prefix + name for name in self.widened))
 
 
 def _renames(ddl: DDLEvent) -> dict[str, str]:

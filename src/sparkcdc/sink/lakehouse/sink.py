@@ -37,9 +37,10 @@ from sparkcdc.errors import ErrLakehouseSchemaChange, ErrLakehouseTableIncompati
 from sparkcdc.model import tso
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.schema import ddl_types as T
-from sparkcdc.sink.lakehouse.changes import ChangeBuffer, MergePlan, changelog_schema, changelog_table, merge_plan
+from sparkcdc.sink.lakehouse.changes import (OLD_PREFIX, ChangeBuffer, MergePlan, changelog_schema, changelog_table,
+                                              merge_plan, truncate_marker)
 from sparkcdc.sink.lakehouse.evolution import SchemaEvolution, schema_evolution
-from sparkcdc.sink.lakehouse.types import arrow_schema
+from sparkcdc.sink.lakehouse.types import arrow_schema, default_array
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +269,11 @@ class LakehouseSink:
             self._drop(name, commit)
         elif kind == T.TRUNCATE_TABLE:
             if self._behind(name, commit):
-                self._tables.truncate(name, commit)
+                if self.changelog:  # the log keeps its history; a row says the table was emptied
+                    self._tables.append(name, truncate_marker(self._table_schema(ddl.pre_table_info or ddl.table_info),
+                                                              ddl.commit_ts), commit)
+                else:
+                    self._tables.truncate(name, commit)
         elif kind == T.RENAME_TABLE and ddl.pre_table_info is not None:
             self._rename(TableName(ddl.pre_table_info.schema, ddl.pre_table_info.table), name, commit)
         elif ddl.table_info is not None and ddl.pre_table_info is not None:
@@ -315,21 +320,22 @@ class LakehouseSink:
 
     def _evolve(self, name: TableName, ddl: DDLEvent, commit: Commit) -> None:
         before, after = ddl.pre_table_info, ddl.table_info
-        evolution = schema_evolution(ddl, before, after)
-        if evolution.changes_nothing or not self._behind(name, commit):
+        upstream_evolution = schema_evolution(ddl, before, after)
+        if upstream_evolution.changes_nothing or not self._behind(name, commit):
             self._checked.pop(name, None)
             return
+        evolution = upstream_evolution
         if self.changelog and self._options.old_value:
-            raise ErrLakehouseSchemaChange(
-                f"table {name}: the DDL {ddl.query!r} changes the columns of a changelog table with old-value; "
-                "that is not supported yet. Recreate the table, or set old-value = false")
+            evolution = upstream_evolution.with_copies(OLD_PREFIX)
         schema = self._table_schema(after)
         now_text = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(tso.physical_ms(ddl.commit_ts) / 1000))
 
         def fill(rows: int) -> dict[str, pa.Array]:
-            from sparkcdc.sink.lakehouse.types import default_array
-
-            return {column.name: default_array(column, rows, now_text) for column in evolution.added}
+            """Added columns' values for existing rows: the upstream's default; an old image
+            (changelog `_old_<column>`) from before the column existed has none."""
+            values = {column.name: pa.nulls(rows, schema.field(column.name).type) for column in evolution.added}
+            values.update({column.name: default_array(column, rows, now_text) for column in upstream_evolution.added})
+            return values
 
         self._tables.evolve(name, evolution, schema, fill, commit)
         self._checked.pop(name, None)
