@@ -347,6 +347,31 @@ def test_failed_state_is_visible_and_resume_clears_error(api):
     assert info["state"] == "normal" and info["error"] is None
 
 
+@pytest.mark.parametrize("sink_uri, secret", [
+    ("s3://b/p?endpoint=http://127.0.0.1:9000&access-key=AK&secret-access-key=S3SECRETKEY&protocol=csv",
+     "S3SECRETKEY"),
+    ("azblob://c/p?account-name=dev&account-key=AZUREKEY99==&protocol=canal-json", "AZUREKEY99=="),
+    ("kafka://127.0.0.1:9092/t?protocol=canal-json&sasl-user=u&sasl-password=KAFKAPW77&sasl-mechanism=PLAIN",
+     "KAFKAPW77"),
+])
+def test_changefeed_answers_mask_secret_parameters_and_errors(api, sink_uri, secret):
+    """Sink URIs' secret parameters, the redo storage's and a failed changefeed's error message
+    never show in an answer (issue 20 item 5)."""
+    from dataclasses import replace
+
+    status, info = create(api, sink_uri=sink_uri,
+                          replica_config={"consistent": {"storage": "s3://b/redo?secret-access-key=REDOKEY55"}})
+    assert status == 200, info
+    error = {"addr": "a", "code": "SPARKCDC:ErrStorageIO", "time": "t", "message": f"cannot write {sink_uri}"}
+    api.store.update_changefeed(replace(api.store.get_changefeed("default", "cf-1"), state="failed", error=error))
+    answers = [info, call(api, "GET", "/api/v2/changefeeds/cf-1")[1], call(api, "GET", "/api/v2/changefeeds")[1],
+               call(api, "GET", "/api/v2/changefeeds/cf-1/meta_info")[1],
+               call(api, "GET", "/api/v2/changefeeds/cf-1/status")[1]]
+    text = json.dumps(answers)
+    assert secret not in text and "REDOKEY55" not in text and "xxxxx" in text
+    assert "cannot write" in answers[-1]["last_error"]["message"]
+
+
 def test_list_filters_state_and_namespace(api):
     from dataclasses import replace
     create(api, "a")
@@ -447,11 +472,11 @@ def test_synced_status_cases(ago_synced_s, checkpoint_lag_s, puller_lead_s, sync
 
 
 def test_error_messages_never_carry_uri_passwords(api):
-    from sparkcdc.api.server import mask_uri_passwords
+    from sparkcdc.config.secrets import mask_text
 
     api.controller.fail_start = True
     status, error = create(api, sink_uri="mysql://root:p@ss-w0rd@127.0.0.1:3306/")
     assert status == 500 and "boom writing to mysql://root:xxxxx@127.0.0.1:3306/" in error["error_msg"]
     assert "ss-w0rd" not in json.dumps(error)
-    assert mask_uri_passwords("'kafka://u:x@b:9092/t' file:///a http://h:80/x") == \
+    assert mask_text("'kafka://u:x@b:9092/t' file:///a http://h:80/x") == \
         "'kafka://u:xxxxx@b:9092/t' file:///a http://h:80/x"

@@ -1,8 +1,19 @@
 """`sparkcdc server` refuses bad security settings before starting anything."""
 
+import os
+
 import pytest
 
 from sparkcdc.cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def keep_umask():
+    """`sparkcdc server` sets its process's umask to 0077; these tests run it in pytest's process."""
+    before = os.umask(0o022)
+    os.umask(before)
+    yield
+    os.umask(before)
 
 
 @pytest.mark.parametrize("extra, message", [

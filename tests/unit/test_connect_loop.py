@@ -4,6 +4,8 @@ the read's option, and the capture-side loop that plans and writes the batches."
 from __future__ import annotations
 
 import argparse
+import base64
+import re
 import threading
 
 import pyarrow as pa
@@ -14,6 +16,7 @@ from sparkcdc.errors import ErrSparkRemoteInvalid
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.pipeline.connect_loop import (
     BATCH_SOURCE_NAME,
+    PASSWORD_OPTION,
     PLAN_OPTION,
     BatchPlan,
     ConnectBatchLoop,
@@ -111,10 +114,14 @@ def test_the_loop_plans_the_partitions_the_stream_reader_plans():
 def test_a_plan_travels_as_an_option_and_reads_its_marker_on_the_server_side():
     index = TablesIndex([txn(10)], resolved=20, tables=[KEYED])
     plan = BatchPlan(options(), tuple(plan_partitions(index, options(), 5, 20, set())))
-    text = plan.encode()
-    assert "s3cret-pw" not in text  # the upstream password is inside the pickle, not in clear text
-    reader = PlannedBinlogReader(BatchPlan.decode(text))
+    read_options = plan.to_options()
+    # The password travels beside the pickle, under a key Spark redacts (spark.redaction.regex).
+    assert read_options[PASSWORD_OPTION] == "s3cret-pw" and re.search(r"(?i)secret|password", PASSWORD_OPTION)
+    assert b"s3cret-pw" not in base64.b64decode(read_options[PLAN_OPTION])
+    assert BatchPlan.from_options(read_options) == plan
+    reader = PlannedBinlogReader(BatchPlan.from_options(read_options))
     assert reader.partitions() == list(plan.partitions)
+    assert reader.partitions()[1].binlog_range.upstream.password == "s3cret-pw"
     [packed] = list(reader.read(reader.partitions()[0]))
     marker = unpack_changes(pa.Table.from_batches([packed]))
     assert marker.to_pylist() == [{"commit_ts": 20, "seq": 5, "schema_name": "", "table_name": "",
@@ -122,11 +129,10 @@ def test_a_plan_travels_as_an_option_and_reads_its_marker_on_the_server_side():
 
 
 def test_a_plan_option_that_is_no_plan_is_refused():
-    import base64
     import pickle
 
     with pytest.raises(TypeError, match="not a BatchPlan"):
-        BatchPlan.decode(base64.b64encode(pickle.dumps({"a": 1})).decode())
+        BatchPlan.from_options({PLAN_OPTION: base64.b64encode(pickle.dumps({"a": 1})).decode()})
 
 
 # -- the loop (a recording stand-in for the Connect session: the real one is in the e2e) --------
@@ -159,8 +165,8 @@ class RecordingSession:
                 session.source = name
                 return self
 
-            def option(self, key, value):
-                self.value = BatchPlan.decode(value) if key == PLAN_OPTION else None
+            def options(self, **read_options):
+                self.value = BatchPlan.from_options(read_options)
                 return self
 
             def load(self):

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 import sparkcdc
 from sparkcdc import errors
 from sparkcdc.config.replica import ReplicaConfig, replica_config_from_dict, replica_config_to_dict
+from sparkcdc.config.secrets import mask_document, mask_stored_value, mask_text
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
@@ -212,10 +213,10 @@ class OpenAPI:
             return _error_response(404, errors.ErrAPINotFound.code,
                                    f"no API route {request.path}; /api/v2/openapi.json lists the routes")
         except errors.SparkCDCError as exc:
-            return _error_response(exc.http_status, exc.code, mask_uri_passwords(exc.message))
+            return _error_response(exc.http_status, exc.code, mask_text(exc.message))
         except Exception as exc:  # a bug must not kill the server; say what happened
             log.exception("API handler failed on %s %s", request.method, request.path)
-            return _error_response(500, errors.SparkCDCError.code, mask_uri_passwords(f"internal error: {exc}"))
+            return _error_response(500, errors.SparkCDCError.code, mask_text(f"internal error: {exc}"))
 
     # -- server ------------------------------------------------------------------------------
     def health(self, request: _Request) -> _Response:
@@ -263,7 +264,7 @@ class OpenAPI:
 
     def unsafe_metadata(self, request: _Request) -> _Response:
         """TiCDC's `unsafe show-metadata`: every metadata key and value, secrets masked."""
-        return _ok([{"key": key, "value": mask_secrets_in_text(value)} for key, value in self.controller.metadata()])
+        return _ok([{"key": key, "value": mask_stored_value(value)} for key, value in self.controller.metadata()])
 
     def openapi_document(self, request: _Request) -> _Response:
         from sparkcdc.api.openapi import openapi_document
@@ -367,7 +368,7 @@ class OpenAPI:
                 "state": info.state,
                 "checkpoint_tso": status.checkpoint_ts,
                 "checkpoint_time": tso.format_time(status.checkpoint_ts),
-                "error": info.error,
+                "error": mask_document(info.error),
             })
         return _ok({"total": len(items), "items": items})
 
@@ -399,8 +400,8 @@ class OpenAPI:
             "state": info.state,
             "resolved_ts": status.resolved_ts,
             "checkpoint_ts": status.checkpoint_ts,
-            "last_error": info.error if info.state != "warning" else None,
-            "last_warning": info.error if info.state == "warning" else None,
+            "last_error": mask_document(info.error) if info.state != "warning" else None,
+            "last_warning": mask_document(info.error) if info.state == "warning" else None,
         })
 
     def changefeed_synced(self, request: _Request, changefeed_id: str) -> _Response:
@@ -509,9 +510,9 @@ class OpenAPI:
             "start_ts": info.start_ts,
             "target_ts": info.target_ts,
             "admin_job_type": _ADMIN_JOB_STOP if info.state == "stopped" else _ADMIN_JOB_NONE,
-            "config": mask_secrets(info.config),
+            "config": mask_document(info.config),
             "state": info.state,
-            "error": info.error,
+            "error": mask_document(info.error),
             "creator_version": info.creator_version,
             "resolved_ts": status.resolved_ts,
             "checkpoint_ts": status.checkpoint_ts,
@@ -544,43 +545,6 @@ def synced_status(now_ms: int, checkpoint_ts: int, puller_resolved_ts: int, last
         "now_ts": tso.format_time(tso.compose(now_ms)),
         "info": message,
     }
-
-
-_SECRET_KEY = re.compile(r"(password|passwd|secret|token|credential|private[-_]?key)", re.IGNORECASE)
-_URI_KEY = re.compile(r"(^|[-_])uri$", re.IGNORECASE)
-
-
-def mask_secrets(document: Any) -> Any:
-    """A copy of a JSON document with passwords, secrets and URI credentials replaced by xxxxx."""
-    if isinstance(document, dict):
-        masked = {}
-        for key, value in document.items():
-            if isinstance(value, str) and value and _SECRET_KEY.search(str(key)):
-                masked[key] = "xxxxx"
-            elif isinstance(value, str) and ("://" in value or _URI_KEY.search(str(key))):
-                masked[key] = mask_sink_uri(value)
-            else:
-                masked[key] = mask_secrets(value)
-        return masked
-    if isinstance(document, list):
-        return [mask_secrets(value) for value in document]
-    return document
-
-
-_URI_PASSWORD = re.compile(r"([a-zA-Z][\w+.-]*://[^:/@\s'\"]+:)([^\s'\"]+)(@)")
-
-
-def mask_uri_passwords(text: str) -> str:
-    """Belt and braces for messages that quote a URI: `scheme://user:password@` -> `user:xxxxx@`."""
-    return _URI_PASSWORD.sub(r"\1xxxxx\3", text)
-
-
-def mask_secrets_in_text(text: str) -> str:
-    """`mask_secrets` for a stored value that is JSON, or a bare URI."""
-    try:
-        return json.dumps(mask_secrets(json.loads(text)), sort_keys=True)
-    except (ValueError, TypeError):
-        return mask_sink_uri(text) if "://" in text else text
 
 
 def sparkcdc_version() -> str:
@@ -717,7 +681,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         log.info("refused a malformed request from %s: %d %s", self.client_address[0], code, reason)
         self._send_json(_error_response(code, errors.ErrAPIInvalidParam.code,
-                                        mask_uri_passwords(f"{reason}; {fix}")))
+                                        mask_text(f"{reason}; {fix}")))
 
     def __getattr__(self, name: str) -> Any:
         # http.server answers a method without a do_<METHOD> with an HTML 501; route every method

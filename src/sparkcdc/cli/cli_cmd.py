@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
-import logging
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ from typing import Callable
 
 from sparkcdc import errors
 from sparkcdc.api.client import APIClient
+from sparkcdc.cli.logs import configure_logging
 from sparkcdc.config.replica import parse_replica_config, replica_config_to_dict
 from sparkcdc.model import tso
 from sparkcdc.server.security import client_ssl_context
@@ -150,7 +150,9 @@ def _add_connection_flags(parser: argparse.ArgumentParser, defaults: bool) -> No
     parser.add_argument("--key", default=default(""), help="client private key (env TICDC_KEY_PATH)")
     parser.add_argument("--user", default=default(""), help="client user for basic auth (env TICDC_USER)")
     parser.add_argument("--password", default=default(""),
-                        help="its password (env TICDC_PASSWORD; asked on the terminal when --user is given alone)")
+                        help="its password (env TICDC_PASSWORD; asked on the terminal when --user is given alone). "
+                             "A password given here shows in `ps`: prefer TICDC_PASSWORD, the prompt or "
+                             "`configure-credentials`")
     parser.add_argument("--log-level", default=default("warn"), choices=["debug", "info", "warn", "error"],
                         help="the CLI's own log level (default warn)")
 
@@ -185,8 +187,7 @@ def read_credentials() -> dict[str, str]:
 
 def _client(args: argparse.Namespace) -> APIClient:
     """Credentials in TiCDC's order: flags, then TICDC_* variables, then ~/.ticdc/credentials."""
-    logging.basicConfig(level={"warn": "WARNING"}.get(args.log_level, args.log_level.upper()),
-                        format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s")
+    configure_logging(args.log_level)
     ca, cert, key = args.ca, args.cert, args.key
     if not (ca or cert or key):
         ca, cert, key = (os.environ.get(name, "") for name in ("TICDC_CA_PATH", "TICDC_CERT_PATH", "TICDC_KEY_PATH"))

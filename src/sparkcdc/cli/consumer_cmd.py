@@ -7,12 +7,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import signal
 import sys
 import threading
 from urllib.parse import parse_qsl, urlsplit
 
+from sparkcdc.cli.logs import configure_logging
 from sparkcdc.errors import ErrSinkUnknownProtocol
 
 
@@ -61,7 +61,7 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
     from sparkcdc.sink.mysql.sink import MySQLSink
     from sparkcdc.upstream.schema_reader import read_table_info
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("info")
     config = ReplicaConfig()
     if args.config:
         with open(args.config, encoding="utf-8") as handle:
@@ -125,7 +125,7 @@ def run_storage_consumer(args: argparse.Namespace) -> int:
     from sparkcdc.sink.mysql.sink import MySQLSink
     from sparkcdc.upstream.schema_reader import read_table_info
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("info")
     config = ReplicaConfig()
     if args.config:
         with open(args.config, encoding="utf-8") as handle:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 
+from sparkcdc.cli.logs import configure_logging
 from sparkcdc.errors import SparkCDCError
 
 EXIT_EQUAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
@@ -41,8 +41,7 @@ def register(subparsers) -> None:
 def run_diff(args: argparse.Namespace) -> int:
     from sparkcdc.diff import DiffOptions, diff_endpoints
 
-    logging.basicConfig(level={"warn": "WARNING"}.get(args.log_level, args.log_level.upper()),
-                        format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s")
+    configure_logging(args.log_level)
     if args.chunk_size < 1 or args.max_reported_rows < 0:
         print("Error: --chunk-size must be at least 1 and --max-reported-rows at least 0", file=sys.stderr)
         return EXIT_ERROR

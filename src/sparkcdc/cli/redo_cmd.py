@@ -11,8 +11,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
+
+from sparkcdc.cli.logs import configure_logging
 
 
 def register(subparsers) -> None:
@@ -39,16 +39,11 @@ def register(subparsers) -> None:
     meta.set_defaults(func=run_meta)
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(level={"warn": "WARNING"}.get(level, level.upper()), stream=sys.stderr,
-                        format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s")
-
-
 def run_meta(args: argparse.Namespace) -> int:
     from sparkcdc.redo.reader import RedoReader
     from sparkcdc.redo.storage import RedoStorage
 
-    _setup_logging(args.log_level)
+    configure_logging(args.log_level)
     meta = RedoReader(RedoStorage.from_uri(args.storage), args.tmp_dir or None).effective_meta()
     print(f"checkpoint-ts:{meta.checkpoint_ts}, resolved-ts:{meta.resolved_ts}")
     return 0
@@ -62,7 +57,7 @@ def run_apply(args: argparse.Namespace) -> int:
     from sparkcdc.redo.reader import RedoReader
     from sparkcdc.redo.storage import RedoStorage
 
-    _setup_logging(args.log_level)
+    configure_logging(args.log_level)
     if classify_sink_uri(args.sink_uri) != "mysql":
         raise ErrSinkURIInvalid(f"redo apply writes to a MySQL-compatible downstream; {mask_sink_uri(args.sink_uri)!r} "
                                 "is not a mysql:// or tidb:// URI")

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
+import stat
 import sys
 import threading
 
+from sparkcdc.cli.logs import configure_logging
 from sparkcdc.errors import SparkCDCError
 from sparkcdc.upstream.native_decode import decoder_description
+
+
+# The upstream password, when neither --upstream-uri nor --upstream-password-file gives one.
+UPSTREAM_PASSWORD_ENV = "SPARKCDC_UPSTREAM_PASSWORD"
 
 
 def register(subparsers) -> None:
@@ -21,7 +28,12 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s)")
     parser.add_argument("--data-dir", default="./cdc-data", help="metadata, transaction index and Spark state (default %(default)s)")
-    parser.add_argument("--upstream-uri", required=True, help="the upstream MariaDB/MySQL, e.g. mysql://root@127.0.0.1:3306/")
+    parser.add_argument("--upstream-uri", required=True,
+                        help="the upstream MariaDB/MySQL, e.g. mysql://cdc@127.0.0.1:3306/. A password written here "
+                             "shows in `ps` to every local user: give it with --upstream-password-file or "
+                             f"{UPSTREAM_PASSWORD_ENV} instead")
+    parser.add_argument("--upstream-password-file", default=None, metavar="PATH",
+                        help="read the upstream password from this file (one line; keep it mode 0600)")
     parser.add_argument("--cluster-id", default="default", help="captures with the same etcd and cluster id form one cluster")
     parser.add_argument("--pd", default="", metavar="URL",
                         help="etcd endpoint for cluster metadata, e.g. http://127.0.0.1:2379 (TiCDC's flag name); "
@@ -45,7 +57,7 @@ def register(subparsers) -> None:
                              "lightly loaded changefeed. A backlog runs batch after batch whatever this is, and "
                              "an idle changefeed moves its checkpoint once a second at most")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
-    parser.add_argument("--log-file", default=None, help="log to this file instead of stderr")
+    parser.add_argument("--log-file", default=None, help="log to this file (mode 0600) instead of stderr")
     parser.add_argument("--config", default=None, metavar="TOML",
                         help="server config file; its [security] table takes TiCDC's keys (ca-path, cert-path, "
                              "key-path, cert-allowed-cn, mtls, client-user-required, client-allowed-user)")
@@ -131,24 +143,68 @@ def _security(args: argparse.Namespace):
     return security
 
 
+def upstream_uri(args: argparse.Namespace) -> str:
+    """--upstream-uri with its password from --upstream-password-file, else from
+    SPARKCDC_UPSTREAM_PASSWORD when the URI has none: flags first, then the environment, as TiCDC."""
+    from sparkcdc.errors import ErrUpstreamURIInvalid
+    from sparkcdc.upstream.connection import UpstreamConfig, with_password
+
+    from_environment = os.environ.pop(UPSTREAM_PASSWORD_ENV, None)  # Spark's JVM and workers need not inherit it
+    has_password = bool(UpstreamConfig.from_uri(args.upstream_uri).password)
+    if args.upstream_password_file:
+        if has_password:
+            raise ErrUpstreamURIInvalid("the upstream password is given twice, in --upstream-uri and in "
+                                        "--upstream-password-file: remove it from --upstream-uri")
+        path = args.upstream_password_file
+        try:
+            with open(path, encoding="utf-8") as f:
+                password = f.read().rstrip("\r\n")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ErrUpstreamURIInvalid(f"cannot read --upstream-password-file {path}: {exc}") from None
+        if not password:
+            raise ErrUpstreamURIInvalid(f"--upstream-password-file {path} is empty; write the password on its first line")
+        return with_password(args.upstream_uri, password)
+    if from_environment and not has_password:
+        return with_password(args.upstream_uri, from_environment)
+    return args.upstream_uri
+
+
+def make_private(path: str, directory: bool) -> None:
+    """Create `path` for this user only (0700 directory / 0600 file), or take group and other
+    access away from an existing one: it holds sink URIs with passwords and binlog statements."""
+    if directory:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    elif not os.path.exists(path):
+        return
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    if mode & 0o077:
+        log = logging.getLogger("sparkcdc.server")
+        try:
+            os.chmod(path, mode & 0o700)
+            log.info("%s was mode %o; made it %o", path, mode, mode & 0o700)
+        except OSError as exc:
+            log.warning("%s is mode %o, readable by other users, and cannot be changed: %s", path, mode, exc)
+
+
 def run_server(args: argparse.Namespace) -> int:
-    level = {"warn": "WARNING"}.get(args.log_level, args.log_level.upper())
-    logging.basicConfig(
-        level=level,
-        filename=args.log_file,
-        format="[%(asctime)s] [%(levelname)s] [%(name)s] %(message)s",
-    )
+    # Every file this process, Spark's JVM and its Python workers create (metadata, transaction
+    # index, spool, Spark checkpoints, redo files, the log) is for this user only.
+    os.umask(0o077)
+    configure_logging(args.log_level, args.log_file)
+    if args.log_file:
+        make_private(args.log_file, directory=False)
     from sparkcdc.api.server import serve
     from sparkcdc.server.capture import Capture, CaptureOptions
 
     try:
         spark_master, spark_remote = _spark_mode(args)
         security = _security(args)
+        make_private(args.data_dir, directory=True)
         capture = Capture(
             CaptureOptions(
                 addr=args.addr,
                 data_dir=args.data_dir,
-                upstream_uri=args.upstream_uri,
+                upstream_uri=upstream_uri(args),
                 cluster_id=args.cluster_id,
                 spark_master=spark_master,
                 spark_remote=spark_remote,

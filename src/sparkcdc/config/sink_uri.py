@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from sparkcdc.config.secrets import MASK, SENSITIVE_PARAMS
 from sparkcdc.errors import ErrSinkURIInvalid, ErrSinkUnsupported
 
 SINK_KINDS: dict[str, str] = {
@@ -22,16 +23,6 @@ SINK_KINDS: dict[str, str] = {
 
 # TiCDC sinks that sparkcdc does not have; named so the error says "not yet", not "unknown".
 _TICDC_ONLY_SCHEMES = ("pulsar", "pulsar+ssl", "pulsar+http", "pulsar+https")
-
-MASK = "xxxxx"
-
-# Query parameters that carry a secret (TiCDC masks the same family in MaskSinkURI).
-SENSITIVE_PARAMS = frozenset({
-    "password", "sasl-password", "sasl-gssapi-password", "sas-token", "account-key",
-    "secret-access-key", "access-key", "session-token", "token", "credentials-file",
-    "ssl-key", "key", "oauth2-private-key", "auth-token", "basic-password",
-})
-
 
 def classify_sink_uri(uri: str) -> str:
     """The sink kind ("storage", "mysql", "kafka", "lakehouse", "blackhole") of a sink URI."""

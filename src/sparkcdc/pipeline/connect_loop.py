@@ -5,7 +5,8 @@ where the changefeed's sink, metadata store and transaction index are not. So th
 the streaming engine's part: it plans each batch from the transaction index with the stream
 reader's own pacing and planning (`BatchPacer.plan`, `plan_partitions`), and the
 Connect server's executors decode the batch's binlog ranges in a batch read of a Python data
-source whose option carries that plan. The read's DataFrame goes to the very batch writer
+source whose options carry that plan (the upstream password beside it, under a key Spark
+redacts, never inside the pickle). The read's DataFrame goes to the very batch writer
 `foreachBatch` calls (its `toArrow()` runs the read and brings the rows back to the capture), so
 writing, checkpoints and failure handling are the ones of local and cluster mode.
 """
@@ -13,6 +14,7 @@ writing, checkpoints and failure handling are the ones of local and cluster mode
 from __future__ import annotations
 
 import base64
+import io
 import logging
 import pickle
 import re
@@ -20,8 +22,8 @@ import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -36,11 +38,15 @@ from sparkcdc.pipeline.source import (
     _MarkerPartition,
     plan_partitions,
 )
+from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
 
 log = logging.getLogger(__name__)
 
 BATCH_SOURCE_NAME = "sparkcdc_binlog_batch"
 PLAN_OPTION = "plan"
+# The upstream password travels beside the plan, under a key spark.redaction.regex matches, so
+# the Connect server's plans, UI and logs show it redacted; the pickled plan holds none.
+PASSWORD_OPTION = "upstream_password"
 DEFAULT_CONNECT_PORT = 15002  # Spark Connect's, for an sc:// URL without one
 POLL_SECONDS = 0.1  # how often the loop asks BatchPacer whether the next batch may run
 CONNECT_RETRIES = 5  # gRPC retries of one call (backoff 50 ms x4 each time, at most 10 s)
@@ -126,7 +132,7 @@ def _warm_up(spark) -> None:
     began = time.monotonic()
     try:
         plan = BatchPlan(SourceOptions(index_path="", upstream_uri="", start_ts=0), (_MarkerPartition(0, 1),))
-        rows = spark.read.format(BATCH_SOURCE_NAME).option(PLAN_OPTION, plan.encode()).load().toArrow().num_rows
+        rows = spark.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load().toArrow().num_rows
         log.info("Spark Connect warm-up read %d row in %.1fs", rows, time.monotonic() - began)
     except Exception as exc:  # an optimisation only: the first batch then starts the workers
         log.warning("Spark Connect warm-up failed: %s", _first_line(exc))
@@ -217,15 +223,48 @@ class BatchPlan:
     options: SourceOptions
     partitions: tuple[InputPartition, ...]
 
-    def encode(self) -> str:
-        return base64.b64encode(pickle.dumps(self, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+    def to_options(self) -> dict[str, str]:
+        """The read options that carry this plan: the pickled plan without the upstream password,
+        and the password (see PASSWORD_OPTION)."""
+        upstream_uri, password = split_password(self.options.upstream_uri)
+        buffer = io.BytesIO()
+        _PasswordlessPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(
+            replace(self, options=replace(self.options, upstream_uri=upstream_uri)))
+        return {PLAN_OPTION: base64.b64encode(buffer.getvalue()).decode("ascii"), PASSWORD_OPTION: password}
 
     @staticmethod
-    def decode(text: str) -> "BatchPlan":
-        plan = pickle.loads(base64.b64decode(text))
+    def from_options(options: Mapping[str, str]) -> "BatchPlan":
+        password = options.get(PASSWORD_OPTION) or ""
+        plan = _PasswordUnpickler(io.BytesIO(base64.b64decode(options[PLAN_OPTION])), password).load()
         if not isinstance(plan, BatchPlan):
             raise TypeError(f"the {PLAN_OPTION} option holds a {type(plan).__name__}, not a BatchPlan")
+        if password:
+            plan = replace(plan, options=replace(plan.options,
+                                                 upstream_uri=with_password(plan.options.upstream_uri, password)))
         return plan
+
+
+class _PasswordlessPickler(pickle.Pickler):
+    """Pickles each UpstreamConfig (in the binlog ranges) without its password."""
+
+    def persistent_id(self, obj):
+        if type(obj) is UpstreamConfig and obj.password:
+            return "upstream", replace(obj, password="")
+        return None
+
+
+class _PasswordUnpickler(pickle.Unpickler):
+    """Puts the password back into the UpstreamConfigs _PasswordlessPickler left it out of."""
+
+    def __init__(self, file, password: str):
+        super().__init__(file)
+        self._password = password
+
+    def persistent_load(self, pid):
+        kind, upstream = pid
+        if kind != "upstream" or type(upstream) is not UpstreamConfig:
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r} in a {PLAN_OPTION} option")
+        return replace(upstream, password=self._password)
 
 
 class PlannedBinlogReader(DataSourceReader):
@@ -250,7 +289,7 @@ class PlannedBinlogSource(DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema) -> DataSourceReader:
-        return PlannedBinlogReader(BatchPlan.decode(self.options[PLAN_OPTION]))
+        return PlannedBinlogReader(BatchPlan.from_options(self.options))
 
 
 _TRIGGER_UNITS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "second": 1.0,
@@ -328,7 +367,7 @@ class ConnectBatchLoop:
             self._error = as_changefeed_error(exc)
 
     def _batch_frame(self, plan: BatchPlan):
-        return self._session.read.format(BATCH_SOURCE_NAME).option(PLAN_OPTION, plan.encode()).load()
+        return self._session.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load()
 
     def awaitTermination(self, timeout: float | None = None) -> bool:
         """Block until the loop ends; raise what ended it unless it was stopped."""

@@ -54,7 +54,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from sparkcdc.model.events import TableInfo
-from sparkcdc.upstream.connection import UpstreamConfig
+from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
 from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, BinlogRange, int64_array, read_range_batches, string_array
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
@@ -124,9 +124,13 @@ class SourceOptions:
     hold_file: str = ""
 
     def to_options(self) -> dict[str, str]:
+        # The password goes apart, under a key Spark's spark.redaction.regex matches: Spark shows
+        # a source's options in plans and errors, and redacts only the values of such keys.
+        upstream_uri, upstream_password = split_password(self.upstream_uri)
         return {
             "index_path": self.index_path,
-            "upstream_uri": self.upstream_uri,
+            "upstream_uri": upstream_uri,
+            "upstream_password": upstream_password,
             "start_ts": str(self.start_ts),
             "target_ts": str(self.target_ts),
             "server_id_base": str(self.server_id_base),
@@ -145,7 +149,8 @@ class SourceOptions:
     def from_options(cls, options: dict[str, str]) -> "SourceOptions":
         return cls(
             index_path=options["index_path"],
-            upstream_uri=options["upstream_uri"],
+            upstream_uri=(with_password(options["upstream_uri"], options["upstream_password"])
+                          if options.get("upstream_password") else options["upstream_uri"]),
             start_ts=int(options["start_ts"]),
             target_ts=int(options.get("target_ts", "0")),
             server_id_base=int(options.get("server_id_base", "100000")),

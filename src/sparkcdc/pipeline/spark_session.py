@@ -93,6 +93,9 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
         # With the source pacing batches (a 0 s trigger), how often an idle query asks it again.
         .config("spark.sql.streaming.pollingDelay", POLLING_DELAY)
         .config("spark.sql.streaming.checkpointFileManagerClass", _PLAIN_CHECKPOINT_FILE_MANAGER)
+        # Hadoop's FileSystem applies its own umask (022), not the process's: keep the checkpoint
+        # files as private as the rest of the data directory (`sparkcdc server` sets umask 077).
+        .config("spark.hadoop.fs.permissions.umask-mode", "077")
         # Read by bin/spark-submit when it starts the driver JVM, so they must be set here.
         .config("spark.driver.extraJavaOptions", java_options)
     )

@@ -48,16 +48,25 @@ def kafka_lib_dir() -> Path:
     return lib
 
 
-def _server_properties(data_dir: Path, port: int, controller_port: int) -> str:
+def _server_properties(data_dir: Path, port: int, controller_port: int, sasl_port: int,
+                       sasl_users: dict[str, str]) -> str:
+    listeners, sasl = [f"PLAINTEXT://127.0.0.1:{port}"], []
+    if sasl_users:  # a SASL/PLAIN listener beside the plain one (inter-broker traffic stays plain)
+        listeners.append(f"SASL_PLAINTEXT://127.0.0.1:{sasl_port}")
+        accounts = " ".join(f'user_{user}="{password}"' for user, password in sasl_users.items())
+        sasl = ["sasl.enabled.mechanisms=PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"]
     return "\n".join([
         "process.roles=broker,controller",
         "node.id=1",
         f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+        f"listeners={','.join(listeners)},CONTROLLER://127.0.0.1:{controller_port}",
+        f"advertised.listeners={','.join(listeners)}",
         "controller.listener.names=CONTROLLER",
         "inter.broker.listener.name=PLAINTEXT",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+        *sasl,
         f"log.dirs={data_dir / 'logs'}",
         "num.partitions=1",
         "offsets.topic.replication.factor=1",
@@ -81,10 +90,18 @@ class KafkaBroker:
     port: int = field(default_factory=free_port)
     controller_port: int = field(default_factory=free_port)
     process: Optional[subprocess.Popen] = None
+    # SASL/PLAIN accounts (user -> password): when given, `sasl_bootstrap` is a second listener
+    # that takes only them.
+    sasl_users: dict[str, str] = field(default_factory=dict, repr=False)
+    sasl_port: int = field(default_factory=free_port)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.sasl_port}"
 
     @property
     def _config(self) -> Path:
@@ -97,7 +114,8 @@ class KafkaBroker:
 
     def format(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        self._config.write_text(_server_properties(self.data_dir, self.port, self.controller_port))
+        self._config.write_text(_server_properties(self.data_dir, self.port, self.controller_port, self.sasl_port,
+                                                   self.sasl_users))
         (self.data_dir / "log4j2.properties").write_text(
             "rootLogger.level=WARN\nrootLogger.appenderRef.f.ref=F\n"
             "appender.f.type=File\nappender.f.name=F\n"

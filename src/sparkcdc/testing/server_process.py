@@ -47,7 +47,8 @@ class ServerProcess:
         log_path = self.log_path or os.path.join(self.data_dir, "server.log")
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
         log_offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-        with open(log_path, "ab") as log:
+        # The server's output may show its data: private, as the files the server makes itself.
+        with os.fdopen(os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "sparkcdc.cli.main", "server",
                  "--addr", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir,

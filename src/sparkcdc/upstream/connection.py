@@ -3,9 +3,9 @@ what a failed conversation with it means for a user (`upstream_error`, `binlog_p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pymysql
 
@@ -23,7 +23,7 @@ class UpstreamConfig:
     host: str
     port: int = 3306
     user: str = "root"
-    password: str = ""
+    password: str = field(default="", repr=False)
 
     @classmethod
     def from_uri(cls, uri: str) -> "UpstreamConfig":
@@ -167,6 +167,21 @@ def check_binlog_retained(cfg: UpstreamConfig, needed: BinlogPosition, doing: st
         conn.close()
     if files and needed.file not in files and needed.sequence < BinlogPosition(files[0], 4).sequence:
         raise binlog_purged_error(cfg, needed, doing, f"{needed.file} is not in SHOW BINARY LOGS", fix)
+
+
+def with_password(uri: str, password: str) -> str:
+    """`uri` with `password` (percent-encoded) in its user info, in place of any it had."""
+    parts = urlsplit(uri.strip())
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0] if at else quote("root", safe="")
+    netloc = f"{user}:{quote(password, safe='')}@{hostport}" if password else f"{user}@{hostport}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def split_password(uri: str) -> tuple[str, str]:
+    """(`uri` without the password in its user info, that password), e.g. to pass the two apart."""
+    parts = urlsplit(uri.strip())
+    return (with_password(uri, "") if parts.password else uri), unquote(parts.password or "")
 
 
 def _mask(uri: str) -> str:
