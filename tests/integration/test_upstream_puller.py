@@ -7,6 +7,7 @@ import pytest
 
 from sparkcdc.errors import ErrStartTsInvalid, ErrUpstreamBinlogConfig
 from sparkcdc.model import tso
+from sparkcdc.testing.mariadb import binlog_gtids
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
@@ -109,6 +110,42 @@ def test_transactions_commit_ts_and_ddl(setup, fresh_db):
     assert index.table_info_at(fresh_db, "u2", txns[6].commit_ts) is None
     assert index.position_at(txns[1].commit_ts) == txns[1].end
     assert index.position_at(first) == txns[0].start
+
+
+def test_sequences_and_non_transactional_tables_are_cut_at_their_commit(setup, fresh_db, mariadb):
+    """A sequence's NEXT VALUE/SETVAL and a MyISAM table's rows are event groups that MariaDB ends
+    with a COMMIT query instead of an XID, and opens with a GTID event without a BEGIN: the puller
+    cut them nowhere, took the next GTID for a broken transaction and stopped (issue 21 item 1).
+    Sequences are not replicated (TiCDC's rule); the other tables' rows are, in order."""
+    cfg, index, start_puller, conn = setup
+    run(conn, "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "CREATE TABLE m (id INT PRIMARY KEY, v INT) ENGINE=MyISAM")
+    puller = start_puller()
+    first = index.first_ts()
+    run(conn, "CREATE SEQUENCE seq0 START WITH 1 MINVALUE 1 MAXVALUE 999999999999999 INCREMENT BY 1 NOCACHE CYCLE",
+        "SELECT NEXT VALUE FOR seq0", "SELECT NEXT VALUE FOR seq0",
+        "INSERT INTO t VALUES (NEXT VALUE FOR seq0, 1)",
+        "INSERT INTO m VALUES (1, 1), (2, 2)", "UPDATE m SET v = 20 WHERE id = 2",
+        "BEGIN", "INSERT INTO t VALUES (10, 10)", "INSERT INTO m VALUES (3, 3)", "COMMIT",
+        "BEGIN", "INSERT INTO t VALUES (11, 11)", "INSERT INTO m VALUES (4, 4)", "ROLLBACK",
+        "ALTER SEQUENCE seq0 RESTART WITH 100", "SELECT SETVAL(seq0, 500)", "SELECT NEXT VALUE FOR seq0",
+        "DROP SEQUENCE seq0",
+        "INSERT INTO t VALUES (12, 12)")
+    puller.wait_caught_up(20)
+    assert puller.health().state == "running" and puller.error is None
+    txns = index.txns_between(first, index.resolved_ts())
+    assert [t.gtid for t in txns] == binlog_gtids(mariadb.connect(), txns[0].start)
+    assert_contiguous(txns)
+    changes = read_txns(cfg, index, txns)
+    assert {c.table for c in changes} == {"t", "m"}, "the sequence's own rows are not replicated"
+    assert [(c.table, c.op, (c.after or c.before)) for c in changes] == [
+        ("t", "insert", ("3", "1")),
+        ("m", "insert", ("1", "1")), ("m", "insert", ("2", "2")), ("m", "update", ("2", "20")),
+        # A transaction that changed both: MariaDB logs the MyISAM row in a group of its own first.
+        ("m", "insert", ("3", "3")), ("t", "insert", ("10", "10")),
+        ("m", "insert", ("4", "4")),  # rolled back, but a MyISAM table keeps it
+        ("t", "insert", ("12", "12")),
+    ]
+    assert {d.ddl_type for d in index.ddls_between(first, index.resolved_ts())} == {"other"}
 
 
 def test_resolved_ts_advances_while_idle(setup):

@@ -92,11 +92,19 @@ def event_start(stream: BinLogStreamReader, event) -> BinlogPosition:
     return BinlogPosition(stream.log_file, event.packet.log_pos - event.packet.event_size)
 
 
+# A MariaDB GTID event's flag: the group is one statement (DDL) with no BEGIN/COMMIT around it.
+# Without it, the GTID event itself opens the group (MariaDB writes no BEGIN event), which ends
+# at its XID, or at a COMMIT/ROLLBACK query when a non-transactional table changed in it (MyISAM,
+# Aria, a sequence's NEXT VALUE/SETVAL).
+_FL_STANDALONE = 0x01
+
+
 @dataclass
 class _OpenTxn:
     gtid: Optional[str]
     start: BinlogPosition
-    in_begin: bool = False
+    in_begin: bool = False  # inside BEGIN..COMMIT: a statement in it does not end it
+    opened_by_gtid: bool = False  # MariaDB: the GTID event opened the group (see _FL_STANDALONE)
     pieces: list[PieceStart] = field(default_factory=list)
     # The TABLE_MAP events of the statement whose ROWS events are being read: table_id -> position.
     statement_maps: dict[int, int] = field(default_factory=dict)
@@ -391,6 +399,8 @@ class Puller:
                     )
                 gtid = event.gtid if isinstance(event, MariadbGtidEvent) else str(event.gtid).lower()
                 open_txn = _OpenTxn(gtid, event_start(stream, event))
+                if isinstance(event, MariadbGtidEvent) and not event.flags & _FL_STANDALONE:
+                    open_txn.in_begin = open_txn.opened_by_gtid = True
             elif isinstance(event, XidEvent):
                 if open_txn is not None:
                     pending_txns.append(self._close(open_txn, stream, event, False))
@@ -406,7 +416,9 @@ class Puller:
                     raise ErrBinlogUnsupportedEvent(
                         f"XA transaction at {open_txn.start} is not supported yet; avoid XA on replicated tables"
                     )
-                elif kind == "statement" and not open_txn.in_begin:
+                elif kind == "statement" and (not open_txn.in_begin
+                                              or open_txn.opened_by_gtid and is_ddl(event.query)):
+                    # A DDL ends its group, also CREATE TABLE ... SELECT's (whose rows follow it).
                     schema = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else (event.schema or "")
                     ddl = is_ddl(event.query)
                     record = self._close(open_txn, stream, event, ddl)
