@@ -10,6 +10,7 @@ one commit per batch commit-ts and the data is equal.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections import Counter
@@ -215,12 +216,28 @@ def test_delta_and_iceberg_tables_equal_the_upstream(server, mariadb, s3, tmp_pa
     workload.finish()
 
     tables = WORKLOAD_TABLES + ["alltypes", "evolve", "tr", "renamed"]
-    for feed in feeds:
-        reader = LakeReader(feed, s3_options(s3))
+    readers = [LakeReader(feed, s3_options(s3)) for feed in feeds]
+    for reader in readers:
         wait_finished(reader, conn, database)
         assert_equal(reader, conn, database, tables)
         assert not reader.exists(database, "ren") and not reader.exists(database, "gone")
         assert_one_commit_per_commit_ts(reader, database, tables)
+
+    # Bad input: an unknown catalog is refused at create; a DDL the formats cannot express fails
+    # the changefeeds with its coded error and leaves the table as it was.
+    refused = server.cli("changefeed", "create", "-c", "bad", "--sink-uri", f"iceberg://{tmp_path}/x?catalog=nessie",
+                         check=False)
+    assert refused.returncode != 0 and "ErrLakehouseCatalog" in refused.stdout + refused.stderr
+    with conn.cursor() as cur:
+        cur.execute(f"ALTER TABLE `{database}`.tr MODIFY id VARCHAR(10)")
+    deadline = time.monotonic() + 120
+    for feed in feeds:
+        while (state := json.loads(server.cli("changefeed", "query", "-c", feed.changefeed).stdout))["state"] != "failed":
+            assert time.monotonic() < deadline, f"{feed.changefeed} did not fail at the DDL: {state}"
+            time.sleep(1)
+        assert "ErrLakehouseSchemaChange" in json.dumps(state["error"]) and "tr" in json.dumps(state["error"])
+    for reader in readers:
+        assert reader.rows(conn, database, "tr") == {("3",): {"id": "3", "v": "c"}}
 
 
 def test_sigkill_after_the_table_commits_applies_nothing_twice(mariadb, tmp_path, monkeypatch):

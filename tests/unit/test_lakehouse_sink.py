@@ -8,7 +8,7 @@ import pytest
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import (ErrInvalidReplicaConfig, ErrLakehouseCatalog, ErrLakehouseSchemaChange,
-                             ErrLakehouseTableIncompatible, ErrSinkURIInvalid)
+                             ErrLakehouseTableIncompatible, ErrSinkURIInvalid, ErrStorageUnavailable)
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.sink.lakehouse import make_lakehouse_sink
 from sparkcdc.sink.lakehouse.changes import ChangeBuffer, merge_plan
@@ -305,3 +305,14 @@ def test_changelog_with_old_values_follows_ddl_and_records_truncate(tmp_path, fm
     assert [(r["_op"], r["w"], r["_old_w"], r["n"], r["_old_n"], r["c"], r["_old_c"]) for _, r in sorted(rows.items())] == [
         ("insert", "x", None, "1", None, "5", None), ("update", "y", "x", "2", "1", "5", None),
         ("update", "z", "y", "3", "2", "6", "5"), ("truncate", None, None, None, None, None, None)]
+
+
+def test_table_library_errors_become_coded_errors(tmp_path):
+    sink = make(tmp_path, "delta")
+    sink.write_rows(INFO, [ins(10, 1)])
+    sink.write_checkpoint(10)
+    (tmp_path / "lake" / "db" / "t" / "_delta_log" / "00000000000000000001.json").write_text("not json")
+    sink._tables.close()  # a fresh read of the log, as after a restart
+    sink.write_rows(INFO, [ins(20, 2)])
+    with pytest.raises(ErrStorageUnavailable, match=r"lakehouse sink: committing the batch ending at 20 failed"):
+        sink.write_checkpoint(20)

@@ -23,6 +23,7 @@ table in upsert mode, a DDL the formats cannot express (ErrLakehouse*).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -33,7 +34,8 @@ from typing import Callable, Optional, Protocol, Sequence, Union
 import pyarrow as pa
 
 from sparkcdc.config.replica import DeltaConfig, IcebergConfig
-from sparkcdc.errors import ErrLakehouseSchemaChange, ErrLakehouseTableIncompatible
+from sparkcdc.errors import (ErrLakehouseSchemaChange, ErrLakehouseTableIncompatible, ErrStorageIO,
+                             ErrStorageUnavailable, SparkCDCError)
 from sparkcdc.model import tso
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.schema import ddl_types as T
@@ -156,7 +158,8 @@ class LakehouseSink:
         """Nothing to do: rows are committed with their batch's commit-ts (module docstring)."""
 
     def write_checkpoint(self, ts: int) -> None:
-        committed = self._commit(ts)
+        with _table_errors(f"committing the batch ending at {ts}"):
+            committed = self._commit(ts)
         if committed:
             self._committed_batches += 1
             _test_only_kill_after_commit(self._committed_batches)
@@ -247,6 +250,10 @@ class LakehouseSink:
 
     # -- DDL -------------------------------------------------------------------------------
     def write_ddl(self, ddl: DDLEvent) -> None:
+        with _table_errors(f"applying the DDL {ddl.query!r} at {ddl.commit_ts}"):
+            self._apply_ddl(ddl)
+
+    def _apply_ddl(self, ddl: DDLEvent) -> None:
         self._commit(ddl.commit_ts - 1)
         commit = Commit(self._app_id, ddl.commit_ts)
         kind = ddl.ddl_type
@@ -340,6 +347,27 @@ class LakehouseSink:
         self._tables.evolve(name, evolution, schema, fill, commit)
         self._checked.pop(name, None)
         log.info("%s: schema changed by %r at %d", name, ddl.query, ddl.commit_ts)
+
+
+# What a table library raises that retrying cannot fix: access denied, a path that is a file, and
+# programming or data errors (pyarrow's ArrowInvalid is a ValueError). Anything else (an object
+# store's timeout or 5xx, a commit conflict with another writer) may pass: the changefeed restarts
+# from its checkpoint, and the watermarks make the replay harmless.
+_PERMANENT_TABLE_ERRORS = (PermissionError, NotADirectoryError, IsADirectoryError, ValueError, TypeError, KeyError,
+                           AttributeError, AssertionError)
+
+
+@contextlib.contextmanager
+def _table_errors(doing: str):
+    """Errors of delta-rs / pyiceberg as SPARKCDC errors: ErrStorageUnavailable (retried) or ErrStorageIO."""
+    try:
+        yield
+    except SparkCDCError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - each library and backend raises its own kinds
+        kind = ErrStorageIO if isinstance(exc, _PERMANENT_TABLE_ERRORS) else ErrStorageUnavailable
+        raise kind(f"lakehouse sink: {doing} failed: {type(exc).__name__}: {str(exc)[:500]}; check the sink URI, "
+                   "its storage and catalog; nothing after the table's last commit is applied until it passes") from exc
 
 
 def _test_only_kill_after_commit(batches: int) -> None:
