@@ -1,6 +1,7 @@
 """The Open API of two captures that share a real etcd (`--pd`): captures, processors, drain,
-owner resign forwarded to the owner, and unsafe metadata with secrets masked. The captures'
-changefeed runners are fakes (no Spark); metadata, election and assignment are the real ones."""
+owner resign forwarded to the owner (over http, and over https with client certificates checked
+on both sides), and unsafe metadata with secrets masked. The captures' changefeed runners are
+fakes (no Spark); metadata, election and assignment are the real ones."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from sparkcdc.api.server import serve
 from sparkcdc.server.capture import Capture, CaptureOptions
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.server.security import SecurityConfig, client_ssl_context
 from sparkcdc.testing.etcd import EtcdServer, etcd_binary
 from sparkcdc.testing.server_process import free_port
+from sparkcdc.testing.tls import TestCA
 
 pytestmark = [pytest.mark.integration,
               pytest.mark.skipif(etcd_binary() is None, reason="etcd-server is not installed (scripts/setup.sh)")]
@@ -35,11 +38,13 @@ class FakeRunner:
         return sorted(self._running)
 
 
-def call(port, method, path, body=None):
+def call(port, method, path, body=None, context=None):
+    """One API call; https with `context` (an ssl.SSLContext)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    scheme = "https" if context is not None else "http"
+    request = urllib.request.Request(f"{scheme}://127.0.0.1:{port}{path}", data=data, method=method)
     try:
-        with urllib.request.urlopen(request, timeout=20) as response:
+        with urllib.request.urlopen(request, timeout=20, context=context) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -55,8 +60,8 @@ def wait_until(predicate, timeout, what):
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-@pytest.fixture
-def cluster(tmp_path, mariadb):
+def start_cluster(tmp_path, mariadb, security=SecurityConfig()):
+    """Two captures on one etcd, each serving the API (with `security`): yields their members."""
     etcd = EtcdServer(str(tmp_path / "etcd")).start()
     members = []
     try:
@@ -67,7 +72,7 @@ def cluster(tmp_path, mariadb):
             capture.cluster.tick = 0.2
             runner = FakeRunner()
             capture.cluster.open(runner)
-            api = serve(f"127.0.0.1:{port}", capture.store, capture)
+            api = serve(f"127.0.0.1:{port}", capture.store, capture, security)
             api.start()
             members.append((capture, runner, api, port))
         yield members
@@ -76,6 +81,11 @@ def cluster(tmp_path, mariadb):
             api.shutdown()
             capture.cluster.close()
         etcd.stop()
+
+
+@pytest.fixture
+def cluster(tmp_path, mariadb):
+    yield from start_cluster(tmp_path, mariadb)
 
 
 def info(changefeed_id: str) -> ChangefeedInfo:
@@ -129,3 +139,26 @@ def test_cluster_routes(cluster):
     assert call(non_owner_port, "POST", "/api/v2/owner/resign") == (200, {})
     wait_until(lambda: next((c["id"] for c in call(port_a, "GET", "/api/v2/captures")[1]["items"]
                              if c["is_owner"]), owner_id) != owner_id, 15, "the other capture to become owner")
+
+
+def test_resign_is_forwarded_to_the_owner_over_tls(tmp_path, mariadb):
+    """A capture calls the owner with its own certificate (docs/api.md): the owner checks it against
+    cert-allowed-cn, the calling capture checks the owner's against the CA."""
+    ca = TestCA(str(tmp_path / "pki"))
+    capture_cert, cli_cert = ca.issue("127.0.0.1", server=True, client=True), ca.issue("cdc-cli")
+    security = SecurityConfig(ca_path=ca.ca_path, cert_path=capture_cert.cert, key_path=capture_cert.key,
+                              cert_allowed_cn=("cdc-cli", "127.0.0.1"))
+    context = client_ssl_context(ca.ca_path, cli_cert.cert, cli_cert.key)
+    members = start_cluster(tmp_path, mariadb, security)
+    (a, _, _, port_a), (b, _, _, port_b) = next(members)
+    try:
+        def owner():
+            return next((c["id"] for c in call(port_a, "GET", "/api/v2/captures", context=context)[1]["items"]
+                         if c["is_owner"]), None)
+
+        owner_id = wait_until(owner, 10, "an owner")
+        non_owner_port = port_b if owner_id == a.id else port_a
+        assert call(non_owner_port, "POST", "/api/v2/owner/resign", context=context) == (200, {})
+        wait_until(lambda: owner() not in (None, owner_id), 15, "the other capture to become owner")
+    finally:
+        members.close()

@@ -45,7 +45,9 @@ class TestCA:
         with open(self.ca_path, "wb") as f:
             f.write(self._cert.public_bytes(serialization.Encoding.PEM))
 
-    def issue(self, common_name: str, server: bool = False) -> CertFiles:
+    def issue(self, common_name: str, server: bool = False, client: bool | None = None) -> CertFiles:
+        """A certificate for `common_name`: for a server (with 127.0.0.1/localhost names), a client
+        (the default), or both (`server=True, client=True`, as a capture that also calls the owner)."""
         key = ec.generate_private_key(ec.SECP256R1())
         now = dt.datetime.now(dt.timezone.utc)
         builder = (
@@ -55,7 +57,9 @@ class TestCA:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(now + dt.timedelta(days=1))
             .add_extension(x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                ([ExtendedKeyUsageOID.SERVER_AUTH] if server else [])
+                + ([ExtendedKeyUsageOID.CLIENT_AUTH] if (not server if client is None else client) else [])),
+                critical=False)
         )
         if server:
             builder = builder.add_extension(x509.SubjectAlternativeName(
