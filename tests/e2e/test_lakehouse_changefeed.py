@@ -1,4 +1,4 @@
-"""MariaDB -> changefeeds -> Delta and Iceberg tables (local, and Delta on the S3 emulator), each
+"""MariaDB -> changefeeds -> Delta and Iceberg tables (local, and both on the S3 emulator), each
 table read back with DuckDB (not the writer) and compared with the upstream row by row.
 
 The workload: the multi-table workload (key changes, deletes, multi-statement transactions),
@@ -202,7 +202,9 @@ def test_delta_and_iceberg_tables_equal_the_upstream(server, mariadb, s3, tmp_pa
     s3.create_bucket("lake")
     feeds = [Feed("delta", f"delta://{tmp_path}/delta"),
              Feed("iceberg", f"iceberg://{tmp_path}/iceberg"),
-             Feed("delta-s3", s3.uri("lake", "tables").replace("s3://", "delta+s3://", 1))]
+             Feed("delta-s3", s3.uri("lake", "tables").replace("s3://", "delta+s3://", 1)),
+             Feed("iceberg-s3", s3.uri("lake", "warehouse").replace("s3://", "iceberg+s3://", 1)
+                  + f"&catalog-uri=sqlite:///{tmp_path}/catalog.sqlite")]
     create_changefeeds(server, database, tmp_path, feeds)
     conn = mariadb.connect()
     workload = Workload(conn, database, seed=25)
@@ -224,7 +226,7 @@ def test_delta_and_iceberg_tables_equal_the_upstream(server, mariadb, s3, tmp_pa
         assert_one_commit_per_commit_ts(reader, database, tables)
 
     # Bad input: an unknown catalog is refused at create; a DDL the formats cannot express fails
-    # the changefeeds with its coded error and leaves the table as it was.
+    # every changefeed with its coded error and leaves the table as it was.
     refused = server.cli("changefeed", "create", "-c", "bad", "--sink-uri", f"iceberg://{tmp_path}/x?catalog=nessie",
                          check=False)
     assert refused.returncode != 0 and "ErrLakehouseCatalog" in refused.stdout + refused.stderr

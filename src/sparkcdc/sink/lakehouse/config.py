@@ -50,7 +50,8 @@ class LakehouseTarget:
         options = self.location.options
         if self.location.scheme != "s3":
             return {}
-        properties = {"s3.endpoint": _endpoint(options.get("endpoint", "")), "s3.region": options.get("region", ""),
+        properties = {"s3.endpoint": _endpoint(options.get("endpoint", "")),
+                      "s3.region": options.get("region", "") or "us-east-1",
                       "s3.access-key-id": options.get("access-key", ""),
                       "s3.secret-access-key": options.get("secret-access-key", ""),
                       "s3.session-token": options.get("session-token", "")}
