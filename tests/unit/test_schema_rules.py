@@ -5,7 +5,15 @@ import pytest
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
 from sparkcdc.schema import ddl_types as T
-from sparkcdc.schema.rules import DDLPolicy, ErrDDLUnparseable, ErrRenameTableNotSupported, should_replicate
+from sparkcdc.errors import ErrExchangePartition
+from sparkcdc.schema.rules import (
+    DDLPolicy,
+    ErrDDLUnparseable,
+    ErrRenameTableNotSupported,
+    net_renames,
+    replicated_ddls,
+    should_replicate,
+)
 from sparkcdc.schema.store import SchemaStore
 from sparkcdc.schema.catalog import Catalog
 
@@ -50,7 +58,15 @@ FILTER = TableFilter(["test.t*"]).match_event
     ("RENAME TABLE test.t1 TO test.t2, test.t3 TO test.t4", True),
     ("RENAME TABLE test.t1 TO test.ignore1, test.t3 TO test.ignore2", True),
     ("RENAME TABLE test.t1 TO ignore.t1, test.t2 TO test.t22", "error"),
-    ("RENAME TABLE test.t1 TO test.t4, test.t3 TO test.t1, test.t4 TO test.t3", "error"),
+    # The document's swap: TiCDC's new architecture replicates it, every step in order.
+    ("RENAME TABLE test.t1 TO test.t4, test.t3 TO test.t1, test.t4 TO test.t3", True),
+    # common_1's chain, and a swap through a temporary name the filter does not match.
+    ("RENAME TABLE test.t1 TO test.t4, test.t2 TO test.t1, test.t3 TO test.t2", True),
+    ("RENAME TABLE test.t1 TO test.tmp_x, test.t2 TO test.t1, test.tmp_x TO test.t2", True),
+    ("RENAME TABLE test.t1 TO test.x, test.t2 TO test.t1, test.x TO test.t2", True),
+    ("RENAME TABLE ignore.a TO ignore.b, ignore.c TO ignore.a", False),
+    # A table from outside the filter takes a replicated name: its rows never reached the sink.
+    ("RENAME TABLE test.t1 TO test.t9, ignore.n TO test.t1", "error"),
 ])
 def test_rename_rules_from_the_ddl_document(query, expected):
     ddl = rename_event(query)
@@ -59,6 +75,50 @@ def test_rename_rules_from_the_ddl_document(query, expected):
             should_replicate(ddl, FILTER, DDLPolicy(force_replicate=True))
     else:
         assert should_replicate(ddl, FILTER, DDLPolicy(force_replicate=True)) is expected
+
+
+def test_net_renames_follow_the_steps_in_order():
+    swap = [("d", "a", "d", "tmp"), ("d", "b", "d", "a"), ("d", "tmp", "d", "b")]
+    assert sorted(net_renames(swap)) == [(("d", "a"), ("d", "b")), (("d", "b"), ("d", "a"))]
+    chain = [("d", "t1", "d", "t4"), ("d", "t2", "d", "t1"), ("d", "t3", "d", "t2")]
+    assert sorted(net_renames(chain)) == [(("d", "t1"), ("d", "t4")), (("d", "t2"), ("d", "t1")),
+                                          (("d", "t3"), ("d", "t2"))]
+    assert net_renames([("d", "a", "d", "b"), ("d", "b", "e", "c")]) == [(("d", "a"), ("e", "c"))]
+
+
+def test_a_swap_through_a_temporary_name_goes_downstream_step_by_step():
+    store = SchemaStore(Catalog())
+    for query in ("CREATE TABLE a (id INT PRIMARY KEY, x INT)", "CREATE TABLE b (id INT PRIMARY KEY, y TEXT)"):
+        store.apply(query, "test", 1, "p")
+    event = store.apply("RENAME TABLE a TO tmp, b TO a, tmp TO b", "test", 2, "p").event
+    only_ab = TableFilter(["test.a", "test.b"]).match_event
+    parts = replicated_ddls(event, only_ab)
+    assert [p.query for p in parts] == ["RENAME TABLE `test`.`a` TO `test`.`tmp`", "RENAME TABLE `test`.`b` TO `test`.`a`",
+                                        "RENAME TABLE `test`.`tmp` TO `test`.`b`"]
+    # Each step carries the definition it moves (the storage sink writes it under the new name).
+    assert [(p.pre_table_info.table, p.table_info.table, p.table_info.columns[1].name) for p in parts] == [
+        ("a", "tmp", "x"), ("b", "a", "y"), ("tmp", "b", "x")]
+
+
+@pytest.mark.parametrize("query", [
+    "ALTER TABLE t1 EXCHANGE PARTITION p0 WITH TABLE t2",
+    "ALTER TABLE t1 CONVERT PARTITION p0 TO TABLE t2",
+    "ALTER TABLE t1 CONVERT TABLE t2 TO PARTITION p9 VALUES LESS THAN (90)",
+])
+def test_partition_ddls_that_move_rows_need_both_tables_in_the_filter(query):
+    store = SchemaStore(Catalog())
+    store.apply("CREATE TABLE t1 (a INT PRIMARY KEY) PARTITION BY RANGE (a) (PARTITION p0 VALUES LESS THAN (10))",
+                "test", 1, "p")
+    if "CONVERT PARTITION" not in query:
+        store.apply("CREATE TABLE t2 (a INT PRIMARY KEY)", "test", 2, "p")
+    event = store.apply(query, "test", 3, "p").event
+    assert event.ddl_type != T.UNPARSEABLE and event.extra["partner"] == ["test", "t2"]
+    assert "`test`.`t1`" in event.query and "`test`.`t2`" in event.query  # both named in full
+    assert should_replicate(event, TableFilter(["test.*"]).match_event)
+    assert not should_replicate(event, TableFilter(["other.*"]).match_event)
+    for one_side in (["test.t1"], ["test.t2"]):
+        with pytest.raises(ErrExchangePartition, match="moves rows between"):
+            should_replicate(event, TableFilter(one_side).match_event)
 
 
 def test_unparseable_ddl_stops_the_changefeed_unless_skipped():

@@ -21,8 +21,8 @@ def ts(second: int) -> int:
     return compose(int((DAY + second) * 1000))
 
 
-def step(version, phase, table, source=None, drops=False):
-    return _Step(version, phase, ("db", table), ("db", source) if source else None, lambda: None, drops)
+def step(version, phase, table, source=None, drops=False, ensures=False):
+    return _Step(version, phase, ("db", table), ("db", source) if source else None, lambda: None, drops, ensures)
 
 
 def names(steps):
@@ -49,6 +49,13 @@ def test_the_parts_of_a_rename_run_in_an_order_that_is_a_valid_sequence():
     chain = [step(9, 0, "b", "a"), step(9, 0, "a", "c"), step(1, 0, "b"), step(2, 0, "b", drops=True),
              step(1, 0, "a"), step(1, 0, "c")]
     assert names(order_steps(chain))[-2:] == [(9, 0, "b"), (9, 0, "a")]
+
+
+def test_a_query_less_schema_file_runs_after_the_ddl_of_its_commit_ts():
+    # CONVERT PARTITION p TO TABLE a_new: the new table's schema file has no query; creating it
+    # from its columns before the DDL runs would make the DDL fail downstream.
+    steps = [step(5, 0, "a_new", ensures=True), step(5, 0, "b"), step(5, 1, "a_new"), step(1, 0, "b")]
+    assert names(order_steps(steps)) == [(1, 0, "b"), (5, 0, "b"), (5, 0, "a_new"), (5, 1, "a_new")]
 
 
 def test_members_follow_a_swap_through_a_temporary_name(tmp_path):

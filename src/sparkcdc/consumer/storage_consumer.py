@@ -50,6 +50,7 @@ from sparkcdc.consumer.storage_reader import (
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
+from sparkcdc.schema.parser import quote_identifier
 from sparkcdc.sink.mysql.connection import close_quietly
 from sparkcdc.sink.storage.location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import ACTION_TYPES, TableDefinition
@@ -99,10 +100,6 @@ def table_info_from_definition(definition: TableDefinition, known: Optional[Tabl
 
 
 # -- tables without a DDL query -----------------------------------------------------------
-def quote_identifier(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _quote_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -413,7 +410,7 @@ class StorageConsumer:
             if definition is not None:
                 steps.append(_Step(version, 0, (schema, table), renamed_from(definition),
                                    lambda definition=definition: self._apply_definition(definition, definitions, known, lower),
-                                   definition.type == _DROP_TABLE))
+                                   definition.type == _DROP_TABLE, not definition.query))
             if version in files_by_version:
                 steps.append(_Step(version, 1, (schema, table), None,
                                    lambda version=version: self._apply_rows(schema, table, version,
@@ -485,10 +482,13 @@ class _Step(NamedTuple):
     source: Optional[tuple[str, str]]  # the old name, for a RENAME
     run: Callable[[], None]
     drops: bool = False  # a DROP TABLE
+    ensures: bool = False  # a schema file without a query: it only makes sure the table exists
 
 
 def order_steps(steps: Sequence[_Step]) -> list[_Step]:
-    """Steps by commit-ts, DDLs before rows; DDLs of one commit-ts in `_rename_order`."""
+    """Steps by commit-ts, DDLs before rows; DDLs of one commit-ts in `_rename_order`, and the
+    schema files without a query last (the other table of an EXCHANGE or CONVERT PARTITION has
+    one at the DDL's commit-ts: creating that table first would make the DDL fail)."""
     ordered: list[_Step] = []
     pending = sorted(steps, key=lambda s: (s.version, s.phase, s.table))
     history = _table_history(steps)
@@ -496,7 +496,9 @@ def order_steps(steps: Sequence[_Step]) -> list[_Step]:
         head = pending[0]
         group = [s for s in pending if (s.version, s.phase) == (head.version, head.phase)]
         pending = pending[len(group):]
-        ordered += _rename_order(group, history) if head.phase == 0 else group
+        if head.phase == 0:
+            group = sorted(_rename_order(group, history), key=lambda s: s.ensures)
+        ordered += group
     return ordered
 
 

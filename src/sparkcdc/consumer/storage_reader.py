@@ -138,8 +138,7 @@ def renamed_from(definition: TableDefinition) -> Optional[tuple[str, str]]:
     is about. Unqualified names are in the schema file's database, where the consumer runs the
     query."""
     parsed = _parsed_query(definition)
-    if parsed is not None and (parsed.kind == "rename table"
-                               or (parsed.kind == "alter table" and len(parsed.tables) == 2)):
+    if parsed is not None and parsed.renames_tables:
         for old, new in parsed.rename_pairs:
             if (new.schema, new.table) == (definition.schema, definition.table):
                 return old.schema, old.table

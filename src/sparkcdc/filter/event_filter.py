@@ -36,12 +36,15 @@ DDL_EVENT_TYPES = (
 )
 SUPPORTED_EVENT_TYPES = ("all dml", "all ddl") + DML_EVENT_TYPES + DDL_EVENT_TYPES
 
-# `alter table` in ignore-event covers the ALTER TABLE sub-kinds TiCDC reports separately.
+# `alter table` in ignore-event covers the ALTER TABLE sub-kinds TiCDC reports separately
+# (pkg/filter/utils.go alterTableSubType: renames and the partition DDLs too).
 _ALTER_TABLE_KINDS = frozenset({
     "alter table", "add column", "drop column", "modify column", "set default value",
     "create index", "drop index", "add index", "rename index", "alter index visibility",
     "add primary key", "drop primary key", "modify table comment",
-    "modify table charset and collate", "rebase auto id", "multi schema change",
+    "modify table charset and collate", "rebase auto id", "multi schema change", "rename table",
+    "add table partition", "drop table partition", "truncate table partition", "exchange table partition",
+    "reorganize table partition", "alter table partitioning", "remove table partitioning",
 })
 _ALIASES = {"create schema": "create database", "drop schema": "drop database"}
 

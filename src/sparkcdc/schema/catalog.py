@@ -19,9 +19,12 @@ from sparkcdc.schema.parser import (
     AddIndex,
     ChangeColumn,
     ColumnSpec,
+    ConvertPartition,
+    ConvertTable,
     DefaultValue,
     DropColumn,
     DropIndex,
+    ExchangePartition,
     IndexSpec,
     ParsedDDL,
     RenameColumn,
@@ -481,6 +484,21 @@ def apply_ddl(catalog: Catalog, ddl: ParsedDDL, where: str = "") -> Change:
             key = (renamed_to.schema, renamed_to.table)
             table = replace(table, schema=renamed_to.schema, table=renamed_to.table)
         set_table(key, table)
+        moves = ddl.moves_rows
+        if isinstance(moves, ExchangePartition):
+            # Both tables keep their definitions (MariaDB requires them equal); each gets a new
+            # version, so rows after the exchange are told apart from rows before it.
+            other = moves.table
+            set_table((other.schema, other.table), existing(other))
+        elif isinstance(moves, ConvertPartition):
+            other = moves.table
+            if (other.schema, other.table) in catalog.tables:
+                raise SchemaApplyError(f"{where}: table {other.schema}.{other.table} already exists")
+            set_table((other.schema, other.table), replace(table, schema=other.schema, table=other.table))
+        elif isinstance(moves, ConvertTable):
+            other = moves.table
+            existing(other)
+            set_table((other.schema, other.table), None)
     return change
 
 

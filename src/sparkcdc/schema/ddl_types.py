@@ -28,6 +28,8 @@ DROP_PARTITION = "drop table partition"
 TRUNCATE_PARTITION = "truncate table partition"
 EXCHANGE_PARTITION = "exchange table partition"
 REORGANIZE_PARTITION = "reorganize table partition"
+# DM's event names: TiDB runs COALESCE as a reorganize job, and has no REBUILD/ANALYZE/CHECK/
+# OPTIMIZE/REPAIR PARTITION jobs (they change neither schema nor rows), so neither replicates.
 COALESCE_PARTITION = "coalesce table partition"
 REBUILD_PARTITION = "rebuild table partition"
 ALTER_PARTITIONING = "alter table partitioning"
@@ -82,6 +84,10 @@ ALLOW_LIST: dict[str, tuple[bool, bool, bool]] = {
     ALTER_INDEX_VISIBILITY: (True, False, True),
     EXCHANGE_PARTITION: (True, False, True),
     REORGANIZE_PARTITION: (True, False, True),
+    # Not rows of the document's table either, but in ddlWhiteListMap (TiDB's PARTITION BY and
+    # REMOVE PARTITIONING jobs); TiCDC replicates them like the other partition DDLs.
+    ALTER_PARTITIONING: (True, False, True),
+    REMOVE_PARTITIONING: (True, False, True),
     ALTER_TTL_INFO: (True, False, True),
     ALTER_TTL_REMOVE: (True, False, True),
     # Not a row of the document's table, but TiDB's multi-schema change job is in ddlWhiteListMap.

@@ -41,6 +41,7 @@ _TOKEN = re.compile(
 class Token:
     kind: str  # id, qid, str, num, op
     text: str
+    start: int = 0  # offset in the statement (to quote a clause of it as written)
 
     @property
     def upper(self) -> str:
@@ -65,8 +66,7 @@ def tokenize(sql: str) -> list[Token]:
         kind = match.lastgroup
         if kind in ("ws", "comment", "vcomment", "vclose"):
             continue
-        text = match.group()
-        tokens.append(Token(kind, text))
+        tokens.append(Token(kind, match.group(), match.start()))
     while tokens and tokens[-1].text == ";":
         tokens.pop()
     return tokens
@@ -95,13 +95,17 @@ def unquote_string(text: str) -> str:
 # ---- the parsed statement ---------------------------------------------------------------------
 
 
+def quote_identifier(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
 @dataclass(frozen=True)
 class TableName:
     schema: str
     table: str
 
     def __str__(self) -> str:
-        return f"`{self.schema.replace('`', '``')}`.`{self.table.replace('`', '``')}`"
+        return f"{quote_identifier(self.schema)}.{quote_identifier(self.table)}"
 
 
 @dataclass(frozen=True)
@@ -216,8 +220,37 @@ class SetOptions:
     options: TableOptions
 
 
+@dataclass(frozen=True)
+class ExchangePartition:
+    """EXCHANGE PARTITION p WITH TABLE t: the partition's rows and t's rows trade places."""
+
+    partition: str
+    table: TableName
+    validation: str = ""  # "", "WITH VALIDATION" or "WITHOUT VALIDATION"
+
+
+@dataclass(frozen=True)
+class ConvertPartition:
+    """CONVERT PARTITION p TO TABLE t (MariaDB 10.7+): the partition leaves, with its rows, as table t."""
+
+    partition: str
+    table: TableName
+
+
+@dataclass(frozen=True)
+class ConvertTable:
+    """CONVERT TABLE t TO PARTITION ... (MariaDB 10.7+): t and its rows become a partition; t is gone.
+    `definition` is the partition definition as written."""
+
+    table: TableName
+    definition: str
+
+
+# The partition DDLs that move rows between the altered table and another table, without row events.
+MovesRows = Union[ExchangePartition, ConvertPartition, ConvertTable]
+
 AlterOp = Union[AddColumn, DropColumn, ChangeColumn, RenameColumn, SetColumnDefault, AddIndex, DropIndex, RenameIndex,
-                RenameTo, SetOptions]
+                RenameTo, SetOptions, ExchangePartition, ConvertPartition, ConvertTable]
 
 
 @dataclass(frozen=True)
@@ -239,6 +272,17 @@ class ParsedDDL:
     @property
     def rename_pairs(self) -> list[tuple[TableName, TableName]]:
         return list(zip(self.tables[0::2], self.tables[1::2]))
+
+    @property
+    def renames_tables(self) -> bool:
+        """RENAME TABLE, or ALTER TABLE ... RENAME TO (whose `tables` are then old, new)."""
+        return self.kind == "rename table" or any(isinstance(op, RenameTo) for op in self.ops)
+
+    @property
+    def moves_rows(self) -> Optional["MovesRows"]:
+        """The EXCHANGE / CONVERT PARTITION / CONVERT TABLE of this ALTER, if it is one."""
+        return next((op for op in self.ops if isinstance(op, (ExchangePartition, ConvertPartition, ConvertTable))),
+                    None)
 
 
 # ---- column types -----------------------------------------------------------------------------
@@ -267,6 +311,7 @@ _KEY_WORDS = {"PRIMARY", "KEY", "INDEX", "UNIQUE", "FULLTEXT", "SPATIAL", "CONST
 
 class _Parser:
     def __init__(self, sql: str, default_schema: str):
+        self.sql = sql
         self.tokens = tokenize(sql)
         self.i = 0
         self.default_schema = default_schema
@@ -716,7 +761,7 @@ class _Parser:
     def column_attributes(self, spec: dict) -> None:
         while not self.at_end():
             token = self.peek()
-            if token.text in (",", ")"):
+            if token.text in (",", ")") or self.at_partitioning_clause():
                 return
             word = token.upper
             if self.accept("NOT", "NULL"):
@@ -1001,7 +1046,8 @@ class _Parser:
                 types.append(ddl_type)
             if op is not None:
                 ops.append(op)
-            if not self.accept(","):
+            # A partitioning clause follows the other specs without a comma (`ENGINE=X PARTITION BY ...`).
+            if not self.accept(",") and not self.at_partitioning_clause():
                 break
         self.finish()
         ddl_type = _combine(types)
@@ -1009,7 +1055,13 @@ class _Parser:
         for op in ops:
             if isinstance(op, RenameTo):
                 tables = (table, op.new)
+            elif isinstance(op, (ExchangePartition, ConvertPartition, ConvertTable)):
+                tables = (table, op.table)
         return ParsedDDL(ddl_type, "alter table", table.schema, tables, ops=tuple(ops), if_exists=if_exists)
+
+    def at_partitioning_clause(self) -> bool:
+        return (self.peek_word() == "PARTITION" and self.peek_word(1) == "BY") or (
+            self.peek_word() == "REMOVE" and self.peek_word(1) == "PARTITIONING")
 
     def position(self) -> Optional[str]:
         if self.accept("FIRST"):
@@ -1025,8 +1077,7 @@ class _Parser:
             if nxt == "PARTITION":
                 self.i += 1
                 self.accept("IF", "NOT", "EXISTS")
-                self.skip_partition_clause_in_alter()
-                return T.ADD_PARTITION, None
+                return self.added_partitions(), None
             if nxt in _KEY_WORDS and not (self.peek().kind == "qid") and nxt not in ("KEY",) or nxt in ("KEY",) and (
                 self.peek(1) is not None and (self.peek(1).text == "(" or self.peek_word(1) in ("IF", "USING"))
                 or self.peek(2) is not None and self.peek(2).text == "("
@@ -1069,7 +1120,7 @@ class _Parser:
                 return T.DROP_CHECK_CONSTRAINT, DropIndex(self.identifier(), if_exists, constraint=True)
             if self.accept("PARTITION"):
                 self.accept("IF", "EXISTS")
-                self.name_list()
+                self.partition_names()
                 return T.DROP_PARTITION, None
             if self.accept("SYSTEM", "VERSIONING") or self.accept("PERIOD", "FOR"):
                 self.skip_expression()
@@ -1131,33 +1182,9 @@ class _Parser:
             if self.accept("COLLATE"):
                 collation = self.string_or_name().lower()
             return T.MODIFY_TABLE_CHARSET, SetOptions(TableOptions(charset, collation, None, True))
-        if word == "PARTITION" and self.peek_word(1) == "BY":
-            self.skip_partition_clause_in_alter()
-            return T.ALTER_PARTITIONING, None
-        if self.accept("REMOVE", "PARTITIONING"):
-            return T.REMOVE_PARTITIONING, None
-        if self.accept("TRUNCATE", "PARTITION"):
-            self.name_list()
-            return T.TRUNCATE_PARTITION, None
-        if self.accept("EXCHANGE", "PARTITION"):
-            self.identifier()
-            self.expect("WITH", "TABLE")
-            self.table_name()
-            self.accept("WITH", "VALIDATION") or self.accept("WITHOUT", "VALIDATION")
-            return T.EXCHANGE_PARTITION, None
-        if self.accept("REORGANIZE", "PARTITION"):
-            self.skip_partition_clause_in_alter()
-            return T.REORGANIZE_PARTITION, None
-        if self.accept("COALESCE", "PARTITION"):
-            self.next()
-            return T.COALESCE_PARTITION, None
-        for action in ("REBUILD", "OPTIMIZE", "ANALYZE", "CHECK", "REPAIR"):
-            if self.accept(action, "PARTITION"):
-                self.name_list()
-                return T.REBUILD_PARTITION, None
-        if self.accept("CONVERT", "PARTITION") or self.accept("CONVERT", "TABLE"):
-            self.skip_partition_clause_in_alter()
-            return T.ALTER_PARTITIONING, None
+        partition_spec = self.partition_spec()
+        if partition_spec is not None:
+            return partition_spec
         if self.accept("ALGORITHM") or self.accept("LOCK"):
             self.accept("=")
             self.next()
@@ -1205,6 +1232,91 @@ class _Parser:
             return T.ALTER_TABLE, None
         raise DDLParseError(f"unknown ALTER TABLE clause at {self.context()}")
 
+    def partition_spec(self) -> Optional[tuple[str, Optional[AlterOp]]]:
+        """A partition-management spec of ALTER TABLE (other than ADD/DROP PARTITION), classified
+        as TiDB classifies the same statement's job: COALESCE and REORGANIZE are both
+        `reorganize table partition`. MariaDB's CONVERT PARTITION/TABLE, which TiDB lacks, count as
+        the partition list change they make (drop / add a partition). None: not one."""
+        if self.peek_word() == "PARTITION" and self.peek_word(1) == "BY":
+            self.skip_partition_clause_in_alter()
+            return T.ALTER_PARTITIONING, None
+        if self.accept("REMOVE", "PARTITIONING"):
+            return T.REMOVE_PARTITIONING, None
+        if self.accept("TRUNCATE", "PARTITION"):
+            self.partition_names()
+            return T.TRUNCATE_PARTITION, None
+        if self.accept("EXCHANGE", "PARTITION"):
+            partition = self.identifier()
+            self.expect("WITH", "TABLE")
+            other = self.table_name()
+            validation = ""
+            if self.accept("WITH", "VALIDATION"):
+                validation = "WITH VALIDATION"
+            elif self.accept("WITHOUT", "VALIDATION"):
+                validation = "WITHOUT VALIDATION"
+            return T.EXCHANGE_PARTITION, ExchangePartition(partition, other, validation)
+        if self.accept("REORGANIZE", "PARTITION"):
+            self.no_write_to_binlog()
+            if not self.at_end() and self.peek().text != ",":
+                self.partition_names()
+                self.expect("INTO")
+                self.skip_parens()
+            return T.REORGANIZE_PARTITION, None
+        if self.accept("COALESCE", "PARTITION"):
+            self.no_write_to_binlog()
+            self.integer()
+            return T.REORGANIZE_PARTITION, None
+        for action in ("REBUILD", "OPTIMIZE", "ANALYZE", "CHECK", "REPAIR"):
+            if self.accept(action, "PARTITION"):
+                self.no_write_to_binlog()
+                self.partition_names()
+                return T.REBUILD_PARTITION, None
+        if self.accept("DISCARD", "PARTITION") or self.accept("IMPORT", "PARTITION"):
+            self.partition_names()
+            self.expect("TABLESPACE")
+            return T.ALTER_TABLE, None
+        if self.accept("CONVERT", "PARTITION"):
+            partition = self.identifier()
+            self.expect("TO", "TABLE")
+            return T.DROP_PARTITION, ConvertPartition(partition, self.table_name())
+        if self.accept("CONVERT", "TABLE"):
+            other = self.table_name()
+            self.expect("TO")
+            start = self.i
+            self.skip_partition_clause_in_alter()
+            if start == self.i or self.tokens[start].upper != "PARTITION":
+                raise DDLParseError(f"expected a partition definition at {self.context()}")
+            end = self.tokens[self.i - 1]
+            definition = self.sql[self.tokens[start].start:end.start + len(end.text)]
+            return T.ADD_PARTITION, ConvertTable(other, definition)
+        return None
+
+    def added_partitions(self) -> str:
+        """ADD PARTITION's type as TiDB gives it: adding to a HASH/KEY table (PARTITIONS n, or
+        definitions without VALUES) redistributes every row, a `reorganize table partition`."""
+        if self.accept("PARTITIONS"):
+            self.integer()
+            return T.REORGANIZE_PARTITION
+        start = self.i
+        self.skip_parens()
+        words = {token.upper for token in self.tokens[start:self.i]}
+        if self.accept("PARTITIONS"):  # MariaDB allows a count after the definitions too
+            self.integer()
+        return T.ADD_PARTITION if words & {"VALUES", "HISTORY", "CURRENT"} else T.REORGANIZE_PARTITION
+
+    def no_write_to_binlog(self) -> None:
+        self.accept("NO_WRITE_TO_BINLOG") or self.accept("LOCAL")
+
+    def partition_names(self) -> None:
+        """`ALL`, or partition names separated by commas (not followed by another spec)."""
+        if self.accept("ALL"):
+            return
+        self.identifier()
+        while self.peek() is not None and self.peek().text == "," and self.peek(1) is not None and \
+                self.peek(1).kind in ("id", "qid") and self.peek(1).upper not in _ALTER_SPEC_WORDS:
+            self.i += 1
+            self.identifier()
+
     def skip_partition_clause_in_alter(self) -> None:
         depth = 0
         while not self.at_end():
@@ -1217,14 +1329,6 @@ class _Parser:
                 depth -= 1
             self.i += 1
 
-    def name_list(self) -> None:
-        if self.accept("ALL"):
-            return
-        self.identifier()
-        while self.peek() is not None and self.peek().text == "," and self.peek(1) is not None and \
-                self.peek(1).kind in ("id", "qid") and self.peek(1).upper not in _ALTER_SPEC_WORDS:
-            self.i += 1
-            self.identifier()
 
 
 @dataclass(frozen=True)

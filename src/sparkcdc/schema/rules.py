@@ -1,5 +1,7 @@
 """Which DDLs a changefeed replicates: TiCDC's allow list with the valid-index rules, the RENAME
-TABLE rules under table filters, and what happens to a DDL the schema store could not follow."""
+TABLE rules under table filters, the rule for partition DDLs that move rows between two tables
+(EXCHANGE PARTITION, MariaDB's CONVERT PARTITION/TABLE), and what happens to a DDL the schema
+store could not follow."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from sparkcdc.errors import ErrDDLUnparseable, ErrRenameTableNotSupported, SparkCDCError
+from sparkcdc.errors import ErrDDLUnparseable, ErrExchangePartition, ErrRenameTableNotSupported, SparkCDCError
 from sparkcdc.model.events import DDLEvent
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.store import split_ddl
@@ -31,8 +33,12 @@ def replicated_ddls(
     parts = split_ddl(ddl)
     if len(parts) == 1:
         return parts if should_replicate(parts[0], table_filter, policy) else []
-    if ddl.ddl_type == T.RENAME_TABLE and not rename_allowed(ddl, table_filter):
-        return []
+    if ddl.ddl_type == T.RENAME_TABLE:
+        # The filter judged the whole statement; each step goes downstream in order (a swap's
+        # temporary name need not match the filter), held against the allow list on its own.
+        if not rename_allowed(ddl, table_filter):
+            return []
+        return [part for part in parts if _allowed(part, policy)]
     return [part for part in parts if should_replicate(part, table_filter, policy)]
 
 
@@ -58,8 +64,16 @@ def should_replicate(
     if ddl.ddl_type == T.RENAME_TABLE and ddl.extra.get("renames"):
         if not rename_allowed(ddl, table_filter):
             return False
+    elif ddl.extra.get("partner"):
+        if not rows_move_within_filter(ddl, table_filter):
+            return False
     elif not _matches(ddl, table_filter):
         return False
+    return _allowed(ddl, policy)
+
+
+def _allowed(ddl: DDLEvent, policy: DDLPolicy) -> bool:
+    """The allow list's answer for a DDL the filter lets through."""
     if ddl.ddl_type in T.DATABASE_DDLS:
         return T.is_allowed(ddl.ddl_type, True, policy.force_replicate)
     info = ddl.table_info or ddl.pre_table_info
@@ -85,24 +99,52 @@ def rename_allowed(ddl: DDLEvent, table_filter: Callable[[str, str], bool]) -> b
                 "filter rules or remove the new one, then recreate the changefeed"
             )
         return False
-    olds = [(r[0], r[1]) for r in renames]
-    news = [(r[2], r[3]) for r in renames]
-    if set(olds) & set(news):
-        raise ErrRenameTableNotSupported(
-            f"{ddl.query!r} swaps table names in one statement, which cannot be replicated correctly. "
-            "Run the renames as separate statements, or pause the changefeed, apply it downstream by hand "
-            "and resume after it"
-        )
-    if not any(table_filter(s, t) for s, t in olds) and not any(table_filter(s, t) for s, t in news):
+    moves = net_renames(renames)
+    if not any(table_filter(o[0], o[1]) or table_filter(n[0], n[1]) for o, n in moves):
         return False
-    for (old_schema, old_table), (new_schema, _) in zip(olds, news):
-        if not table_filter(old_schema, old_table) or not _schema_matches(table_filter, new_schema, old_table):
+    for (old_schema, old_table), (new_schema, new_table) in moves:
+        if not table_filter(old_schema, old_table):
             raise ErrRenameTableNotSupported(
-                f"{ddl.query!r}: a multi-table RENAME is replicated only when every old database, old table "
-                f"and new database match the filter ({old_schema}.{old_table} -> {new_schema} does not). "
-                "Rename the tables one by one, or adjust the filter rules"
-            )
+                f"{ddl.query!r} moves {old_schema}.{old_table} to {new_schema}.{new_table}, but the old name is "
+                "outside the changefeed's filter, so its rows never reached the sink while the statement's other "
+                "tables are replicated. Add the old table to the filter rules (or remove the others), or rename "
+                "the tables one by one, then recreate the changefeed")
+        if not _schema_matches(table_filter, new_schema, old_table):
+            raise ErrRenameTableNotSupported(
+                f"{ddl.query!r} moves {old_schema}.{old_table} into database {new_schema}, which is outside the "
+                "changefeed's filter: a multi-table RENAME is replicated only when every old table and new "
+                "database match it (TiCDC's rule). Add the database to the filter rules, or rename the tables "
+                "one by one, then recreate the changefeed")
     return True
+
+
+def net_renames(renames: list[tuple]) -> list[tuple[tuple[str, str], tuple[str, str]]]:
+    """What a multi-table RENAME does, its steps applied in order: (old name, new name) of every
+    table it moves. A name a step takes and a later step frees again (`a TO tmp, b TO a, tmp TO
+    b`) is only passed through, so it does not count: that swap moves a to b and b to a."""
+    origin: dict[tuple[str, str], tuple[str, str]] = {}
+    for old_schema, old_table, new_schema, new_table in renames:
+        source = origin.pop((old_schema, old_table), (old_schema, old_table))
+        origin[(new_schema, new_table)] = source
+    return [(source, name) for name, source in origin.items()]
+
+
+def rows_move_within_filter(ddl: DDLEvent, table_filter: Callable[[str, str], bool]) -> bool:
+    """EXCHANGE PARTITION and CONVERT PARTITION/TABLE move rows between two tables with no row
+    events: replicated when both tables match the filter, ignored when neither does. When only
+    one does, the downstream cannot follow (the other table's rows never reached it)."""
+    partner_schema, partner_table = ddl.extra["partner"]
+    ours, theirs = table_filter(ddl.schema, ddl.table), table_filter(partner_schema, partner_table)
+    if ours and theirs:
+        return True
+    if not ours and not theirs:
+        return False
+    inside, outside = ((ddl.schema, ddl.table), (partner_schema, partner_table))[:: 1 if ours else -1]
+    raise ErrExchangePartition(
+        f"{ddl.query!r} moves rows between {inside[0]}.{inside[1]}, which the changefeed replicates, and "
+        f"{outside[0]}.{outside[1]}, which its filter excludes: those rows never reached the sink, and the "
+        "statement has no row events to replay. Add both tables to the filter rules (or neither) and recreate "
+        "the changefeed, or apply the change downstream by hand and resume after it")
 
 
 def _schema_matches(table_filter: Callable[[str, str], bool], schema: str, table: str) -> bool:

@@ -9,13 +9,25 @@ version of every table it touches, keyed by the DDL's commit-ts (TiCDC's schema_
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from sparkcdc.model.events import DDLEvent, TableInfo
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.catalog import Catalog, SchemaApplyError, TableDef, apply_ddl
-from sparkcdc.schema.parser import DDLParseError, ParsedDDL, guess_target, looks_like_ddl, parse
+from sparkcdc.schema.parser import (
+    ConvertPartition,
+    ConvertTable,
+    DDLParseError,
+    ExchangePartition,
+    MovesRows,
+    ParsedDDL,
+    TableName,
+    guess_target,
+    looks_like_ddl,
+    parse,
+    quote_identifier,
+)
 
 log = logging.getLogger(__name__)
 
@@ -99,18 +111,19 @@ class SchemaStore:
         table_info = pre_table_info = None
         if parsed.ddl_type in T.DATABASE_DDLS or parsed.kind == "other":
             pass
-        elif parsed.kind == "rename table" or (parsed.kind == "alter table" and len(parsed.tables) == 2):
+        elif parsed.renames_tables:
             pairs = parsed.rename_pairs
             extra["renames"] = [[o.schema, o.table, n.schema, n.table] for o, n in pairs]
+            steps = _rename_steps(pairs, pre)
             old, new = pairs[0]
             schema, table = new.schema, new.table
-            pre_table_info = info(pre.get((old.schema, old.table)))
-            table_info = info(self.catalog.tables.get((new.schema, new.table)))
+            pre_table_info = info(steps[0][0])
+            table_info = info(self.catalog.tables.get((new.schema, new.table)) if len(pairs) == 1 else steps[0][1])
             if len(pairs) > 1:
                 extra["parts"] = [
-                    _part(n.schema, n.table, f"RENAME TABLE {o} TO {n}", info(self.catalog.tables.get((n.schema, n.table))),
-                          info(pre.get((o.schema, o.table))), rename=[o.schema, o.table, n.schema, n.table])
-                    for o, n in pairs
+                    _part(n.schema, n.table, f"RENAME TABLE {o} TO {n}", info(after), info(before),
+                          rename=[o.schema, o.table, n.schema, n.table])
+                    for (o, n), (before, after) in zip(pairs, steps)
                 ]
         elif parsed.tables:
             first = parsed.tables[0]
@@ -127,6 +140,17 @@ class SchemaStore:
                     for t in parsed.tables
                     if pre.get((t.schema, t.table)) is not None
                 ]
+        moves = parsed.moves_rows
+        if moves is not None:
+            # The other table: its own new version (storage writes its schema file too), the
+            # filter rule for both (rules.py), and a query that names both tables in full.
+            other = moves.table
+            extra["partner"] = [other.schema, other.table]
+            partner = self.catalog.tables.get((other.schema, other.table))
+            if partner is not None:
+                extra["partner_table_info"] = info(partner).to_json()
+            extra["upstream_query"] = query
+            query = _qualified_query(parsed.tables[0], moves)
         if parsed.like is not None:
             # Cross-database CREATE ... LIKE: qualify every name so the downstream resolves them alike.
             exists = "IF NOT EXISTS " if parsed.if_not_exists else ""
@@ -149,6 +173,34 @@ def _part(schema: str, table: str, query: str, table_info: Optional[TableInfo], 
     if rename is not None:
         part["rename"] = rename
     return part
+
+
+def _rename_steps(pairs: list[tuple[TableName, TableName]], pre: dict[tuple[str, str], Optional[TableDef]]
+                  ) -> list[tuple[Optional[TableDef], Optional[TableDef]]]:
+    """Each step of a multi-table RENAME with its table before and after it, the steps applied in
+    order: `a TO tmp, b TO a, tmp TO b` moves a's definition through tmp into b."""
+    names = dict(pre)
+    steps = []
+    for old, new in pairs:
+        before = names.pop((old.schema, old.table), None)
+        after = replace(before, schema=new.schema, table=new.table) if before is not None else None
+        names[(new.schema, new.table)] = after
+        steps.append((before, after))
+    return steps
+
+
+def _qualified_query(table: TableName, moves: MovesRows) -> str:
+    """EXCHANGE / CONVERT with both tables named in full, as TiCDC rewrites EXCHANGE PARTITION: the
+    sink runs it in the altered table's database, where an unqualified other table would resolve
+    to a different table than upstream."""
+    if isinstance(moves, ExchangePartition):
+        validation = f" {moves.validation}" if moves.validation else ""
+        return (f"ALTER TABLE {table} EXCHANGE PARTITION {quote_identifier(moves.partition)} "
+                f"WITH TABLE {moves.table}{validation}")
+    if isinstance(moves, ConvertPartition):
+        return f"ALTER TABLE {table} CONVERT PARTITION {quote_identifier(moves.partition)} TO TABLE {moves.table}"
+    assert isinstance(moves, ConvertTable)
+    return f"ALTER TABLE {table} CONVERT TABLE {moves.table} TO {moves.definition}"
 
 
 def split_ddl(ddl: DDLEvent) -> list[DDLEvent]:

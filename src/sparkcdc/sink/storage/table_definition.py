@@ -38,7 +38,7 @@ ACTION_TYPES = {
     "alter check constraint": 45, "rename tables": 47, "create tables": 60,
     "multi-schema change": 61, "multi schema change": 61, "recover schema": 63,
     "reorganize partition": 64, "reorganize table partition": 64,
-    "alter table partitioning": 71, "remove partitioning": 72,
+    "alter table partitioning": 71, "remove partitioning": 72, "remove table partitioning": 72,
 }
 
 

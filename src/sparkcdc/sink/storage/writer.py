@@ -178,6 +178,15 @@ class StorageSink:
         self._write_atomic(definition.file_path(), definition.to_json().encode())
         if ddl.table and ddl.table_info is not None:
             self._dir_versions[(ddl.schema, ddl.table, ddl.commit_ts)] = ddl.commit_ts
+        partner = ddl.extra.get("partner_table_info")
+        if partner:
+            # EXCHANGE PARTITION / CONVERT PARTITION: the other table's new version, without a
+            # query (the DDL runs once, from the altered table's file), as TiCDC's storage DDL sink
+            # writes for EXCHANGE; its rows after the DDL go to this version's directory.
+            info = TableInfo.from_json(partner)
+            other = TableDefinition.from_table_info(info, ddl.commit_ts, output_column_id=output_ids)
+            self._write_atomic(other.file_path(), other.to_json().encode())
+            self._dir_versions[(info.schema, info.table, ddl.commit_ts)] = ddl.commit_ts
 
     # -- data files -----------------------------------------------------------------------
     def _data_dir(self, table: TableInfo, version: int, date: str) -> str:
