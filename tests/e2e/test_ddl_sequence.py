@@ -1,9 +1,13 @@
-"""TiCDC's ddl_sequence / multi_tables_ddl in one run: many tables, interleaved DDL and DML, into
-two changefeeds: a MySQL downstream, and file storage (canal-json) whose output is replayed in
-order by `sparkcdc consumer storage` into a second MariaDB. Both downstreams are compared with
-upstream table by table, schema and data; a resume exactly at a DDL's commit-ts replays it once
-in both; a keyless table is not replicated; an unparseable DDL fails the changefeed with its text
-and position in `cli changefeed query`."""
+"""TiCDC's ddl_sequence / multi_tables_ddl / partition_table and common_1's renames in one run:
+many tables, interleaved DDL and DML, into two changefeeds: a MySQL downstream, and file storage
+(canal-json) whose output is replayed in order by `sparkcdc consumer storage` into a second
+MariaDB. Both downstreams are compared with upstream table by table, schema, partitions and data.
+The partition workload is TiCDC's own (hash/range partitions, TRUNCATE/ADD/DROP/REORGANIZE,
+REMOVE PARTITIONING, PARTITION BY, EXCHANGE within and across databases) plus MariaDB's CONVERT
+PARTITION/TABLE; the renames are a chain and a swap through a temporary name the filter excludes.
+A resume exactly at a DDL's commit-ts runs that DDL again (TiCDC's ddl_reentrant: a column dropped
+downstream by hand comes back); a keyless table is not replicated; an unparseable DDL fails the
+changefeed with its text and position in `cli changefeed query`."""
 
 from __future__ import annotations
 
@@ -22,6 +26,74 @@ pytestmark = pytest.mark.e2e
 
 DB = "e2e_ddlseq"
 TABLES = [f"t{i}" for i in range(12)]
+PART, PART2 = f"{DB}_part", f"{DB}_part2"
+# tiflow tests/integration_tests/partition_table/data/prepare.sql (databases renamed), then
+# MariaDB's CONVERT PARTITION/TABLE, then common_1's rename chain and a swap.
+PARTITION_WORKLOAD = f"""
+create database `{PART}`;
+use `{PART}`;
+create table t (a int, primary key (a)) partition by hash(a) partitions 5;
+insert into t values (1),(2),(3),(4),(5),(6);
+insert into t values (7),(8),(9);
+alter table t truncate partition p3;
+update t set a=a+10 where a=2;
+create table t1 (a int primary key) PARTITION BY RANGE ( a ) ( PARTITION p0 VALUES LESS THAN (6),PARTITION p1 VALUES LESS THAN (11),PARTITION p2 VALUES LESS THAN (21));
+insert into t1 values (1),(2),(3),(4),(5),(6);
+insert into t1 values (7),(8),(9);
+insert into t1 values (11),(12),(20);
+alter table t1 add partition (partition p3 values less than (30), partition p4 values less than (40));
+insert into t1 values (25),(29),(35);
+alter table t1 truncate partition p0;
+alter table t1 drop partition p1;
+insert into t1 values (7),(8),(9);
+update t1 set a=a+10 where a=9;
+alter table t remove partitioning;
+insert into t values (20),(21),(22),(23),(24),(25);
+alter table t partition by hash (a) partitions 5;
+insert into t values (30),(31),(32),(33),(34),(35);
+create table t2 (a int primary key);
+ALTER TABLE t1 EXCHANGE PARTITION p3 WITH TABLE t2;
+insert into t2 values (100),(101),(102),(103),(104),(105);
+insert into t1 values (25),(29);
+create database `{PART2}`;
+create table `{PART2}`.t2 (a int primary key);
+ALTER TABLE t1 EXCHANGE PARTITION p3 WITH TABLE `{PART2}`.t2;
+insert into `{PART2}`.t2 values (1002),(1012),(1022),(1032),(1042),(1052);
+insert into t1 values (21),(28);
+ALTER TABLE t1 REORGANIZE PARTITION p0,p2 INTO (PARTITION p0 VALUES LESS THAN (5), PARTITION p1 VALUES LESS THAN (10), PARTITION p2 VALUES LESS THAN (21));
+insert into t1 values (-1),(6),(13);
+update t1 set a=a-22 where a=20;
+delete from t1 where a = 5;
+ALTER TABLE t1 REORGANIZE PARTITION p2,p3,p4 INTO (PARTITION p2 VALUES LESS THAN (20), PARTITION p3 VALUES LESS THAN (26), PARTITION p4 VALUES LESS THAN (35), PARTITION pMax VALUES LESS THAN (MAXVALUE));
+insert into t1 values (-3),(5),(14),(22),(30),(100);
+update t1 set a=a-16 where a=12;
+delete from t1 where a = 29;
+alter table t1 partition by key(a) partitions 7;
+insert into t1 values (-2001),(2001),(2002),(-2002),(-2003),(2003),(-2004),(2004),(-2005),(2005),(2006),(-2006),(2007),(-2007);
+ALTER TABLE t1 partition by range(a) (partition p0 values less than (5), PARTITION p2 VALUES LESS THAN (20), PARTITION p3 VALUES LESS THAN (26), PARTITION p4 VALUES LESS THAN (35), PARTITION pMax VALUES LESS THAN (MAXVALUE));
+ALTER TABLE t1 CONVERT PARTITION pMax TO TABLE t1_max;
+insert into t1_max values (5000);
+delete from t1_max where a = 2001;
+ALTER TABLE t1 CONVERT TABLE t1_max TO PARTITION pMax VALUES LESS THAN (MAXVALUE);
+insert into t1 values (6000);
+ALTER TABLE t ADD PARTITION PARTITIONS 2;
+ALTER TABLE t COALESCE PARTITION 3;
+ALTER TABLE t1 ANALYZE PARTITION p0;
+CREATE TABLE `rename_t3` (`id` INT PRIMARY KEY, `val` INT);
+CREATE TABLE `rename_t1` (`id` INT PRIMARY KEY, `val` INT);
+CREATE TABLE `rename_t2` (`id` INT PRIMARY KEY, `val` INT);
+INSERT INTO `rename_t1` VALUES (1, 1);
+INSERT INTO `rename_t2` VALUES (1, 2);
+INSERT INTO `rename_t3` VALUES (1, 3);
+RENAME TABLE `rename_t1` TO `rename_t4`, `rename_t2` TO `rename_t1`, `rename_t3` TO `rename_t2`;
+INSERT INTO `rename_t4` VALUES (2, 4);
+INSERT INTO `rename_t1` VALUES (2, 1);
+INSERT INTO `rename_t2` VALUES (2, 2);
+RENAME TABLE rename_t1 TO rename_tmp, rename_t4 TO rename_t1, rename_tmp TO rename_t4;
+INSERT INTO rename_t1 VALUES (3, 3);
+INSERT INTO rename_t4 VALUES (3, 4)
+"""
+PARTITION_TABLES = {PART: ["t", "t1", "t2", "rename_t1", "rename_t2", "rename_t4"], PART2: ["t2"]}
 
 
 def wait_until(predicate, what: str, timeout: float = 120.0, on_timeout=lambda: "") -> None:
@@ -68,12 +140,29 @@ def assert_same_schema_and_data(up, down, live) -> None:
         assert [r[0] for r in cur.fetchall()] == ["id", "v", "w", "c", "d"], "ADD COLUMN c applied once"
 
 
+def assert_same_partitioned_tables(up, down) -> None:
+    """The partition workload's tables: rows, and the partitions each table ends with."""
+    query = ("SELECT TABLE_SCHEMA, TABLE_NAME, PARTITION_NAME, PARTITION_METHOD, PARTITION_EXPRESSION, "
+             "PARTITION_DESCRIPTION FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA IN (%s, %s) "
+             "ORDER BY 1, 2, PARTITION_ORDINAL_POSITION")
+    for database, tables in PARTITION_TABLES.items():
+        wait_tables_equal(up, down, database, tables)
+    with up.cursor() as cur:
+        cur.execute(query, (PART, PART2))
+        expected = cur.fetchall()
+    with down.cursor() as cur:
+        cur.execute(query, (PART, PART2))
+        assert cur.fetchall() == expected, "partitions differ from upstream"
+    assert any(row[1] == "t1" and row[2] == "pMax" for row in expected)  # the workload ran to its end
+
+
 def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mariadb_factory, tmp_path):
     downstream = mariadb_factory()
     replayed = mariadb_factory()
     files = f"file://{tmp_path / 'out'}?protocol=canal-json&enable-tidb-extension=true"
     config = tmp_path / "cf.toml"
-    config.write_text(f'[filter]\nrules = ["{DB}.*"]\n')
+    # The swap's temporary name is outside the filter: the rename is judged by what it moves.
+    config.write_text(f'[filter]\nrules = ["{DB}.*", "{PART}.*", "{PART2}.*", "!{PART}.rename_tmp"]\n')
     data_dir = str(tmp_path / "cdc")
     server = ServerProcess(data_dir, mariadb.uri).start()
     up = mariadb.connect()
@@ -112,24 +201,34 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
         wait_until(lambda: rows_of(down, "finish_mark", 1), "finish mark 1",
                    on_timeout=lambda: server.cli("changefeed", "query", "-c", "seq").stdout)
 
-        # Resume exactly at the last applied DDL's commit-ts: the DDL and every row after it are
-        # replayed; the DDL must take effect once. (Going back past several applied DDLs replays
-        # old-schema rows into a newer downstream schema, in TiCDC too; the CLI warns about it.)
+        # Resume exactly at an applied DDL's commit-ts: TiCDC runs that DDL again (ddl_reentrant).
+        # The column it adds was dropped downstream by hand meanwhile: it must come back, and
+        # every row after it is replayed. (Going back past several applied DDLs replays old-schema
+        # rows into a newer downstream schema, in TiCDC too; the CLI warns about it.)
         index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
         add_c = next(d for d in index.ddls_between(index.first_ts(), index.resolved_ts()) if "ADD COLUMN c" in d.query)
         for feed in ("seq", "seqfiles"):
             server.cli("changefeed", "pause", "-c", feed)
+        with down.cursor() as cur:
+            cur.execute(f"ALTER TABLE `{DB}`.t0 DROP COLUMN c")
+        for feed in ("seq", "seqfiles"):
             server.cli("changefeed", "resume", "-c", feed, "--no-confirm",
-                       "--overwrite-checkpoint-ts", str(add_c.commit_ts - 1))
+                       "--overwrite-checkpoint-ts", str(add_c.commit_ts))
         with up.cursor() as cur:
             dml(cur, 4, live)
             cur.execute("ALTER TABLE t0 ADD COLUMN d INT")
             dml(cur, 5, live)
+            # After the resume point: going back past them would replay partition DDLs onto
+            # their own effect, which only some of them survive (in TiCDC too).
+            for statement in PARTITION_WORKLOAD.split(";\n"):
+                cur.execute(statement)
+            cur.execute(f"USE {DB}")
             cur.execute("INSERT INTO finish_mark VALUES (2)")
         wait_until(lambda: rows_of(down, "finish_mark", 2), "finish mark 2",
                    on_timeout=lambda: server.cli("changefeed", "query", "-c", "seq").stdout)
 
         assert_same_schema_and_data(up, down, live)
+        assert_same_partitioned_tables(up, down)
 
         # The storage output, replayed in order by the consumer, rebuilds the same schema and data.
         reached = index.resolved_ts()  # past finish mark 2, which the MySQL downstream already has
@@ -141,6 +240,7 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
         rebuilt = replayed.connect()
         try:
             assert_same_schema_and_data(up, rebuilt, live)
+            assert_same_partitioned_tables(up, rebuilt)
         finally:
             rebuilt.close()
 

@@ -46,6 +46,23 @@ def test_checkpoint_never_moves_backwards_unless_overwritten(store):
     assert store.get_status("default", "cf-1") == ChangefeedStatus(200, 300)
     store.set_checkpoint("default", "cf-1", 50)
     assert store.get_status("default", "cf-1").checkpoint_ts == 50
+    # TiCDC's ResumeChangefeed: the overwritten checkpoint is also the barrier, so the DDL at it
+    # runs again (pipeline/runner.py replay_start); moving on leaves the barrier behind.
+    assert store.get_status("default", "cf-1").min_table_barrier_ts == 50
+    store.advance_checkpoint("default", "cf-1", 60, 60)
+    assert store.get_status("default", "cf-1").min_table_barrier_ts == 50
+
+
+def test_a_start_at_an_overwritten_checkpoint_replays_the_ddl_there():
+    from sparkcdc.pipeline.runner import replay_start
+
+    class Index:  # the one TxnIndex query replay_start makes
+        def ddls_between(self, lo_exclusive, hi_inclusive):
+            return [ts for ts in (40, 50) if lo_exclusive < ts <= hi_inclusive]
+
+    assert replay_start(ChangefeedStatus(50, 50, min_table_barrier_ts=50), Index()) == 49
+    assert replay_start(ChangefeedStatus(50, 50, min_table_barrier_ts=0), Index()) == 50  # a plain restart
+    assert replay_start(ChangefeedStatus(45, 45, min_table_barrier_ts=45), Index()) == 45  # no DDL at 45
 
 
 def test_keys_follow_ticdc_etcd_layout(store):

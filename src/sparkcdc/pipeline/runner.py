@@ -50,7 +50,7 @@ from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
 from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch, unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
-from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
+from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
 from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
 from sparkcdc.upstream.puller import RUNNING, PullerHealth
@@ -239,7 +239,7 @@ class ChangefeedRunner:
             options = SourceOptions(
                 index_path=self._index_path,
                 upstream_uri=self._upstream_uri,
-                start_ts=status.checkpoint_ts,
+                start_ts=replay_start(status, TxnIndex(self._index_path)),
                 target_ts=info.target_ts,
                 server_id_base=server_id_base,
                 parallelism=parallelism,
@@ -637,6 +637,17 @@ def marker_only_table(picked: bytes | None) -> pa.Table | None:
     if not isinstance(partition, _MarkerPartition):
         return None
     return pa.Table.from_batches([marker_batch(partition.start, partition.end)])
+
+
+def replay_start(status: ChangefeedStatus, index: TxnIndex) -> int:
+    """Where a (re)started changefeed reads from: its checkpoint, or just below it when the
+    checkpoint was set by `resume --overwrite-checkpoint-ts` (min-table-barrier-ts equal to it)
+    exactly at a DDL, which then runs again, as TiCDC's owner starts its DDL puller at
+    checkpoint-1 (cdc/owner/changefeed.go). Sinks apply the DDL idempotently."""
+    checkpoint = status.checkpoint_ts
+    if checkpoint and status.min_table_barrier_ts == checkpoint and index.ddls_between(checkpoint - 1, checkpoint):
+        return checkpoint - 1
+    return checkpoint
 
 
 def _warn_ineligible(index: TxnIndex, ts: int, config: ReplicaConfig, changefeed_id: str) -> None:

@@ -70,7 +70,9 @@ class CaptureStoreView:
                 if self._strict:
                     raise
                 return status
-            status = dataclasses.replace(status, checkpoint_ts=local, resolved_ts=max(local, status.resolved_ts))
+            barrier = local if status.min_table_barrier_ts == status.checkpoint_ts else status.min_table_barrier_ts
+            status = dataclasses.replace(status, checkpoint_ts=local, resolved_ts=max(local, status.resolved_ts),
+                                         min_table_barrier_ts=barrier)
         return status
 
     def advance_checkpoint(self, namespace: str, changefeed_id: str, checkpoint_ts: int, resolved_ts: int) -> None:

@@ -177,7 +177,7 @@ class EtcdMetaStore:
         while True:
             kv = self._status_kv(namespace, changefeed_id)
             document = kv.json()
-            document.update(checkpoint_ts=checkpoint_ts, resolved_ts=checkpoint_ts,
+            document.update(checkpoint_ts=checkpoint_ts, resolved_ts=checkpoint_ts, min_table_barrier_ts=checkpoint_ts,
                             checkpoint_position=checkpoint_position)
             if self._write(key, kv, _dump(document), (), namespace, changefeed_id):
                 return

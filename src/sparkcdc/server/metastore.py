@@ -43,6 +43,9 @@ class ChangefeedStatus:
 
     checkpoint_ts: int
     resolved_ts: int
+    # TiCDC's barrier: `resume --overwrite-checkpoint-ts` sets it to the new checkpoint, and a
+    # start with checkpoint_ts == min_table_barrier_ts runs the DDL at checkpoint_ts again
+    # (cdc/owner/changefeed.go starts the DDL puller at checkpoint-1 then; pipeline/runner.py).
     min_table_barrier_ts: int = 0
     # The binlog position after every transaction <= checkpoint_ts ("" when unknown). commit-ts
     # values are local to a capture's transaction index; the position means the same on all.
@@ -177,7 +180,7 @@ class MetaStore:
             document = self._get(db, key)
             if document is None:
                 raise _not_exists(namespace, changefeed_id)
-            document["checkpoint_ts"] = checkpoint_ts
+            document["checkpoint_ts"] = document["min_table_barrier_ts"] = checkpoint_ts
             document["resolved_ts"] = checkpoint_ts
             self._put(db, key, document)
 
