@@ -38,6 +38,13 @@ SEQUENCE = [
     "CREATE TABLE n (id INT AUTO_INCREMENT, note NATIONAL VARCHAR(5), b BIT, bin BINARY(4), KEY (id)) DEFAULT CHARSET=utf8mb3",
     "ALTER TABLE n DROP COLUMN note, ADD COLUMN (note2 TINYBLOB, y YEAR, dt DATETIME(6))",
     "DROP TABLE k, n",
+    # Found by tools/ddl_corpus.py on MariaDB's own suite (main/partition_alter.test,
+    # suite/rpl/t/sequence.test, suite/parts/inc/partition_mgm.inc):
+    "CREATE TABLE sw (k INT, l INT, KEY (k))",
+    "ALTER TABLE sw RENAME COLUMN k TO l, RENAME COLUMN l TO k",
+    "CREATE SEQUENCE s1",
+    "DROP TABLE s1, sw",
+    "ALTER TABLE gone OPTIMIZE PARTITION p0",  # logged although the table does not exist
 ]
 
 

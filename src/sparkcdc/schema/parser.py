@@ -440,6 +440,7 @@ class _Parser:
             self.i += 1
             self.accept("TABLE")
             name = self.table_name()
+            self.wait_option()
             self.finish()
             return ParsedDDL(T.TRUNCATE_TABLE, "truncate table", name.schema, (name,))
         raise DDLParseError(f"not a DDL statement: {self.context()}")
@@ -564,6 +565,7 @@ class _Parser:
         """PRIMARY KEY / UNIQUE / INDEX / FULLTEXT / SPATIAL / FOREIGN KEY / CHECK; None for checks."""
         constraint_name = None
         if self.accept("CONSTRAINT"):
+            self.accept("IF", "NOT", "EXISTS")
             if self.peek_word() not in ("PRIMARY", "UNIQUE", "FOREIGN", "CHECK"):
                 constraint_name = self.identifier()
         word = self.next().upper
@@ -622,6 +624,8 @@ class _Parser:
             if self.peek() is not None and self.peek().text == "(":
                 self.skip_parens()  # prefix length
             self.accept("ASC") or self.accept("DESC")
+            if self.accept("WITHOUT", "OVERLAPS"):  # an application-time period, not a column
+                columns.pop()
             if self.accept(")"):
                 return columns
             self.expect(",")
@@ -641,7 +645,7 @@ class _Parser:
                 "NOT", "IGNORED"
             ) or self.accept("CLUSTERED") or self.accept("NONCLUSTERED"):
                 pass
-            else:
+            elif not self.engine_attribute():
                 return
 
     def column_type(self) -> dict:
@@ -822,6 +826,8 @@ class _Parser:
             elif word in ("SRID",):
                 self.i += 1
                 self.next()
+            elif self.engine_attribute():
+                pass
             else:
                 raise DDLParseError(f"unknown column attribute at {self.context()}")
             # MySQL allows "ENFORCED" after checks.
@@ -913,7 +919,7 @@ class _Parser:
             elif self.accept("UNION"):
                 self.accept("=")
                 self.skip_parens()
-            elif self.peek() is not None and self.peek().kind == "id":
+            elif self.peek() is not None and self.peek().kind in ("id", "qid"):
                 self.i += 1  # ENGINE, AUTO_INCREMENT, ROW_FORMAT, ... [=] value
                 if self.peek_word() in ("DIRECTORY",):
                     self.i += 1
@@ -952,6 +958,7 @@ class _Parser:
             self.next()
         self.expect("ON")
         table = self.table_name()
+        self.wait_option()
         columns = self.key_parts()
         self.index_options()
         self.lock_and_algorithm()
@@ -960,6 +967,7 @@ class _Parser:
                          ops=(AddIndex(IndexSpec(name, kind, tuple(columns)), if_not_exists or or_replace),))
 
     def lock_and_algorithm(self) -> None:
+        self.wait_option()
         while self.accept("ALGORITHM") or self.accept("LOCK"):
             self.accept("=")
             self.next()
@@ -979,6 +987,7 @@ class _Parser:
             names = [self.table_name()]
             while self.accept(","):
                 names.append(self.table_name())
+            self.wait_option()
             self.accept("RESTRICT") or self.accept("CASCADE")
             self.finish()
             return ParsedDDL(T.DROP_TABLE, "drop table", names[0].schema, tuple(names), if_exists=if_exists)
@@ -1038,6 +1047,7 @@ class _Parser:
     def alter_table(self) -> ParsedDDL:
         if_exists = self.accept("IF", "EXISTS")
         table = self.table_name()
+        self.wait_option()
         types: list[str] = []
         ops: list[AlterOp] = []
         while not self.at_end():
@@ -1046,8 +1056,9 @@ class _Parser:
                 types.append(ddl_type)
             if op is not None:
                 ops.append(op)
-            # A partitioning clause follows the other specs without a comma (`ENGINE=X PARTITION BY ...`).
-            if not self.accept(",") and not self.at_partitioning_clause():
+            # Table options and a partitioning clause may follow without a comma
+            # (`ENGINE=X ROW_FORMAT=Y PARTITION BY ...`).
+            if not self.accept(",") and not self.at_partitioning_clause() and not self.at_table_option():
                 break
         self.finish()
         ddl_type = _combine(types)
@@ -1058,6 +1069,32 @@ class _Parser:
             elif isinstance(op, (ExchangePartition, ConvertPartition, ConvertTable)):
                 tables = (table, op.table)
         return ParsedDDL(ddl_type, "alter table", table.schema, tables, ops=tuple(ops), if_exists=if_exists)
+
+    def at_table_option(self) -> bool:
+        """A table option comes next: a known option word, or any `name = value` (MariaDB's
+        engine-defined options)."""
+        token, following = self.peek(), self.peek(1)
+        if token is None or token.kind != "id":
+            return False
+        return token.upper in _TABLE_OPTION_WORDS | {"UNION", "COMMENT", "AUTO_INCREMENT", "DEFAULT", "CHARACTER",
+                                                     "CHARSET", "COLLATE"} or (
+            following is not None and following.text == "=")
+
+    def wait_option(self) -> None:
+        """MariaDB's `WAIT n` / `NOWAIT` (how long a DDL waits for its metadata lock)."""
+        if self.accept("NOWAIT"):
+            return
+        if self.accept("WAIT"):
+            self.next()
+
+    def engine_attribute(self) -> bool:
+        """MariaDB's engine-defined attribute of a column, index or table: `name = value`."""
+        token, following = self.peek(), self.peek(1)
+        if token is None or token.kind not in ("id", "qid") or following is None or following.text != "=":
+            return False
+        self.i += 2
+        self.next()
+        return True
 
     def at_partitioning_clause(self) -> bool:
         return (self.peek_word() == "PARTITION" and self.peek_word(1) == "BY") or (
@@ -1080,6 +1117,7 @@ class _Parser:
                 return self.added_partitions(), None
             if nxt in _KEY_WORDS and not (self.peek().kind == "qid") and nxt not in ("KEY",) or nxt in ("KEY",) and (
                 self.peek(1) is not None and (self.peek(1).text == "(" or self.peek_word(1) in ("IF", "USING"))
+                or self.peek_word(2) in ("USING", "TYPE")
                 or self.peek(2) is not None and self.peek(2).text == "("
             ):
                 if_not_exists = False
@@ -1195,7 +1233,12 @@ class _Parser:
                 self.accept("ADD", "SYSTEM", "VERSIONING"):
             return T.ALTER_TABLE, None
         if self.accept("ORDER", "BY"):
-            self.skip_expression((",",))
+            while True:
+                self.skip_expression((",",))
+                if not (self.peek() is not None and self.peek().text == "," and self.peek(1) is not None
+                        and self.peek(1).kind in ("id", "qid") and self.peek(1).upper not in _ALTER_SPEC_WORDS):
+                    break
+                self.i += 1
             return T.ALTER_TABLE, None
         # Table options, one per spec.
         options = self.table_option_spec()
@@ -1223,12 +1266,18 @@ class _Parser:
             self.accept("=")
             self.next()
             return T.REBASE_AUTO_ID, None
+        if self.accept("UNION"):
+            self.accept("=")
+            self.skip_parens()
+            return T.ALTER_TABLE, None
         if self.i == start and self.peek() is not None and self.peek().upper in _TABLE_OPTION_WORDS:
             self.i += 1
             if self.peek_word() == "DIRECTORY":
                 self.i += 1
             self.accept("=")
             self.next()
+            return T.ALTER_TABLE, None
+        if self.i == start and self.engine_attribute():
             return T.ALTER_TABLE, None
         raise DDLParseError(f"unknown ALTER TABLE clause at {self.context()}")
 
@@ -1270,6 +1319,7 @@ class _Parser:
             if self.accept(action, "PARTITION"):
                 self.no_write_to_binlog()
                 self.partition_names()
+                self.accept("FOR", "UPGRADE")
                 return T.REBUILD_PARTITION, None
         if self.accept("DISCARD", "PARTITION") or self.accept("IMPORT", "PARTITION"):
             self.partition_names()
