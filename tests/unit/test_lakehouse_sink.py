@@ -316,3 +316,16 @@ def test_table_library_errors_become_coded_errors(tmp_path):
     sink.write_rows(INFO, [ins(20, 2)])
     with pytest.raises(ErrStorageUnavailable, match=r"lakehouse sink: committing the batch ending at 20 failed"):
         sink.write_checkpoint(20)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_batch_of_many_tables_commits_each_once(tmp_path, fmt, duck):
+    sink = make(tmp_path, fmt)
+    infos = [TableInfo("db", f"t{n}", n, COLUMNS, 1, ("id",)) for n in range(6)]
+    for _ in range(2):  # the second time is a replay
+        for info in infos:
+            sink.write_rows(info, [ins(10, key, info=info) for key in range(3)])
+        sink.write_checkpoint(10)
+    for info in infos:
+        assert set(read(sink, fmt, duck, TableName("db", info.table))) == {("0",), ("1",), ("2",)}
+        assert commits(sink, fmt, TableName("db", info.table)) == ["10"]
