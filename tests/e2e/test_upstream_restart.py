@@ -9,16 +9,19 @@ checkpoint for longer than FROZEN_NORMAL_BOUND (a dead puller used to leave them
 At the end the downstream tables equal the upstream's, and the capture's transaction index holds
 every transaction of the upstream's binlog exactly once.
 
-Single node: a real KILL of the puller's replication connection (and any range reader's), three restarts (stop 6 s, a
-SIGKILL crash, stop 6 s) and one outage of LONG_OUTAGE s, longer than the runner's first restart
-backoffs (10 s + 20 s), which a blind backoff would still be sleeping through. Cluster: one
-restart. Both share the upstream and downstream servers.
+Single node: a real KILL of the puller's replication connection (and any range reader's), three
+restarts (stop 6 s, a SIGKILL crash, stop 6 s) and one outage of LONG_OUTAGE s, longer than a read
+task waits for its upstream (30 s) and than the runner's first restart backoffs (10 s + 20 s),
+which a blind backoff would still be sleeping through; then the binlog a paused changefeed needs
+is purged, and `resume` says so (ErrBinlogPurged) with a fix that works. Cluster: one restart.
+Both share the upstream and downstream servers.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -254,6 +257,27 @@ def finish_and_compare(upstream: MariaDBServer, downstream: MariaDBServer, workl
         wait_tables_equal(up, down, database, TABLES, timeout=180)
 
 
+def resume_past_a_purged_binlog(upstream: MariaDBServer, server: ServerProcess, workload: Workload) -> None:
+    """The binlog a paused changefeed needs is purged (issue 20 item 2): `resume` answers with
+    ErrBinlogPurged naming the oldest position left and the fix, and the fix works."""
+    server.cli("changefeed", "pause", "-c", "up-storage")
+    workload.conn = upstream.connect()
+    workload.run(3)  # changes the changefeed will never see
+    oldest = upstream.purge_binlogs()
+    refused = server.cli("changefeed", "resume", "-c", "up-storage", check=False)
+    assert refused.returncode != 0 and "[SPARKCDC:ErrBinlogPurged]" in refused.stderr, refused.stderr
+    assert f"is no longer on upstream mysql://root@127.0.0.1:{upstream.port}/" in refused.stderr
+    assert f"the oldest binlog it still has begins at {oldest}:4" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr and "STREAM_FAILED" not in refused.stderr
+    assert json.loads(server.cli("changefeed", "query", "-c", "up-storage").stdout)["state"] == "stopped"
+    resume_at = re.search(r"--overwrite-checkpoint-ts ([^`\s]+)`", refused.stderr).group(1)
+    server.cli("changefeed", "resume", "-c", "up-storage", "--overwrite-checkpoint-ts", resume_at, "--no-confirm")
+    moved = int(server.api("GET", "/api/v2/changefeeds/up-storage")["checkpoint_ts"])
+    workload.run(1)
+    wait_until(lambda: (info := server.api("GET", "/api/v2/changefeeds/up-storage"))["state"] == "normal"
+               and int(info["checkpoint_ts"]) > moved, 120, "up-storage to replicate again from the oldest binlog")
+
+
 def assert_index_has_every_transaction_once(upstream: MariaDBServer, data_dir: str) -> None:
     index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
     indexed = [txn.gtid for txn in index.txns_between(0, index.resolved_ts())]
@@ -302,6 +326,7 @@ def test_single_node_changefeeds_ride_out_upstream_restarts_a_crash_and_a_long_o
                 assert frozen <= FROZEN_NORMAL_BOUND, f"{changefeed} stayed normal with a frozen checkpoint {frozen}s"
         finish_and_compare(upstream, downstream, workloads, databases, storage_root)
         assert_index_has_every_transaction_once(upstream, server.data_dir)
+        resume_past_a_purged_binlog(upstream, server, workloads["up-storage"])
     finally:
         print("upstream restart (single node) timings:", timings, f"total {round(time.monotonic() - began)}s, "
               f"load average {os.getloadavg()[0]:.1f}")

@@ -292,9 +292,10 @@ class ChangefeedRunner:
     def _check_binlog_retained(self, info: ChangefeedInfo, checkpoint_ts: int) -> None:
         """Fail with ErrBinlogPurged, before any query starts, when the upstream no longer has the
         binlog from the changefeed's checkpoint on (TiCDC refuses a start-ts below its GC safepoint)."""
-        position = TxnIndex(self._index_path).position_at(checkpoint_ts)
-        if position is not None:
-            check_binlog_retained(UpstreamConfig.from_uri(self._upstream_uri), position,
+        index = TxnIndex(self._index_path)
+        following = index.txns_between(checkpoint_ts, index.resolved_ts(), limit=1)
+        if following:  # the first transaction it still has to read
+            check_binlog_retained(UpstreamConfig.from_uri(self._upstream_uri), following[0].start,
                                   f"changefeed {info.namespace}/{info.id} at checkpoint {checkpoint_ts}")
 
     def _spool_dir(self, info: ChangefeedInfo) -> str:

@@ -113,44 +113,48 @@ def upstream_error(cfg: UpstreamConfig, exc: BaseException, doing: str,
 
 def binlog_purged_error(cfg: UpstreamConfig, needed: Optional[BinlogPosition], doing: str, server_says: str,
                         fix: str = "") -> ErrBinlogPurged:
-    """ErrBinlogPurged naming what is gone and the oldest binlog position the upstream still has."""
-    oldest = ""
+    """ErrBinlogPurged naming what is gone, the oldest binlog position the upstream still has and
+    the fix: `fix`, or for a changefeed moving its checkpoint (or its start) to that position."""
+    oldest, resume_at = "", ""
     try:
         conn = cfg.connect(connect_timeout=5)
         try:
-            first_file, gtids = oldest_binlog(conn)
-            oldest = f"; the oldest binlog it still has begins at {first_file}:4" + (
-                f" (after GTIDs {gtids})" if gtids else "")
+            first_file, gtids, first_txn = oldest_binlog(conn)
         finally:
             conn.close()
+        oldest = f"; the oldest binlog it still has begins at {first_file}:4" + (f" (after GTIDs {gtids})" if gtids else "")
+        resume_at = gtids or (str(first_txn) if first_txn else "")
     except (SparkCDCError, pymysql.err.MySQLError) as exc:
         oldest = f"; could not read its oldest binlog ({exc})"
+    if not fix:
+        at = resume_at or "the oldest position left (a GTID, FILE:POS or TSO)"
+        fix = (f"Move the changefeed's checkpoint there with `sparkcdc cli changefeed resume --overwrite-checkpoint-ts "
+               f"{at}`, or recreate it with `--start-ts {at}`, after loading the changes in between downstream "
+               "(e.g. from a dump of the upstream; a snapshot is not supported yet).")
     what = f"the binlog from {needed}" if needed is not None else "the binlog"
     return ErrBinlogPurged(
         f"{doing}: {what} is no longer on upstream {cfg.masked_uri()} (the server says: {server_says}){oldest}. "
-        f"The changes in between cannot be replicated. {fix or RECREATE_FIX} To avoid it, keep binlogs longer "
-        "than changefeeds may lag or stay paused (binlog_expire_logs_seconds / expire_logs_days)")
+        f"The changes in between cannot be replicated. {fix} To avoid it, keep binlogs longer than changefeeds "
+        "may lag or stay paused (binlog_expire_logs_seconds / expire_logs_days)")
 
 
-RECREATE_FIX = ("Recreate the changefeed with --start-ts at or after the oldest position above (after loading "
-                "the missing changes downstream, e.g. from a dump of the upstream; a snapshot is not supported "
-                "yet), or move its checkpoint there with `sparkcdc cli changefeed resume "
-                "--overwrite-checkpoint-ts`.")
-
-
-def oldest_binlog(conn) -> tuple[str, str]:
-    """(the oldest binlog file the server has, the GTID list at its start, "" if unknown)."""
+def oldest_binlog(conn) -> tuple[str, str, Optional[BinlogPosition]]:
+    """(the oldest binlog file the server has, the GTID list at its start ("" if none), where its
+    first transaction begins (None if it has none yet))."""
     with conn.cursor() as cur:
         cur.execute("SHOW BINARY LOGS")
         rows = cur.fetchall()
         if not rows:
             raise ErrUpstreamBinlogConfig("the upstream lists no binary logs (log_bin=OFF?); set log-bin and restart")
         first_file = rows[0][0]
-        cur.execute(f"SHOW BINLOG EVENTS IN '{first_file}' LIMIT 4")
+        cur.execute(f"SHOW BINLOG EVENTS IN '{first_file}' LIMIT 8")
+        gtids, first_txn = "", None
         for row in cur.fetchall():  # Log_name, Pos, Event_type, Server_id, End_log_pos, Info
             if row[2] in ("Gtid_list", "Previous_gtids"):
-                return first_file, str(row[5]).strip("[] ")
-    return first_file, ""
+                gtids = str(row[5]).strip("[] ")
+            elif row[2] == "Gtid" and first_txn is None:
+                first_txn = BinlogPosition(first_file, int(row[1]))
+    return first_file, gtids, first_txn
 
 
 def check_binlog_retained(cfg: UpstreamConfig, needed: BinlogPosition, doing: str, fix: str = "") -> None:

@@ -84,6 +84,15 @@ class BinlogRange:
         return self.piece << PIECE_SEQ_SHIFT
 
 
+def binlog_changed(what: str) -> ErrBinlogUnsupportedEvent:
+    """The upstream's binlog no longer holds what the capture's transaction index recorded there."""
+    return ErrBinlogUnsupportedEvent(
+        f"{what}: the upstream's binlog changed under this server's transaction index (was the upstream reset "
+        "with RESET MASTER, restored from a backup, or replaced by another server?). Recreate the changefeed at a "
+        "position after the change; if every changefeed of this server reports it, stop the server, move "
+        "txn-index.sqlite out of its data dir and start it again")
+
+
 # A piece's rows are numbered from piece << 32, so (commit_ts, seq) orders a transaction's rows
 # across the micro-batches its pieces go to.
 PIECE_SEQ_SHIFT = 32
@@ -233,15 +242,14 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
         while True:
             event = stream.fetchone()
             if event is None:
-                raise ErrBinlogUnsupportedEvent(f"binlog ended at {stream.log_file}:{stream.log_pos} before {r.end}")
+                raise binlog_changed(f"the binlog ended at {stream.log_file}:{stream.log_pos} before {r.end}")
             if _starts_at_or_after(stream, event, end_key):
                 break  # a piece ends where the next begins, maybe right after a TABLE_MAP (not returned)
             if isinstance(event, (MariadbGtidEvent, GtidEvent)):
                 txn += 1
                 if txn >= len(r.commit_ts):
-                    raise ErrBinlogUnsupportedEvent(
-                        f"range {r.start}..{r.end} holds more than the {len(r.commit_ts)} indexed transactions"
-                    )
+                    raise binlog_changed(
+                        f"range {r.start}..{r.end} holds more than the {len(r.commit_ts)} indexed transactions")
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 key = (event.table_id, event.schema, event.table)
                 layout = layouts.get(key, False)
@@ -260,9 +268,8 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
     finally:
         stream.close()
     if txn + 1 != len(r.commit_ts):
-        raise ErrBinlogUnsupportedEvent(
-            f"range {r.start}..{r.end} holds {txn + 1} transactions but the index lists {len(r.commit_ts)}"
-        )
+        raise binlog_changed(f"range {r.start}..{r.end} holds {txn + 1} transactions but the index lists "
+                             f"{len(r.commit_ts)}")
 
 
 def _starts_at_or_after(stream: BinLogStreamReader, event, key: tuple[int, int]) -> bool:
@@ -298,9 +305,9 @@ def _read_table_maps(r: BinlogRange) -> dict:
             if isinstance(event, TableMapEvent):
                 wanted.discard(start)
             elif event is None or stream.log_file != first.file or start > last.pos:
-                raise ErrBinlogUnsupportedEvent(
+                raise binlog_changed(
                     f"the TABLE_MAP events at {first.file}:{sorted(wanted)} that piece {r.piece} of the transaction "
-                    f"at {r.start} needs are not in the binlog; the binlog changed under the index")
+                    f"at {r.start} needs are not in the binlog")
         return dict(stream.table_map)
     finally:
         stream.close()
@@ -467,10 +474,10 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
                 yield _framed_batch(reader.finish())
                 continue
             if status == native.BINLOG_READ_TOO_MANY_TRANSACTIONS:
-                raise ErrBinlogUnsupportedEvent(
+                raise binlog_changed(
                     f"range {r.start}..{r.end} holds more than the {len(r.commit_ts)} indexed transactions")
             if status == native.BINLOG_READ_ENDED:
-                raise ErrBinlogUnsupportedEvent(f"binlog ended at {reader.file}:{reader.pos} before {r.end}")
+                raise binlog_changed(f"the binlog ended at {reader.file}:{reader.pos} before {r.end}")
             table_id, packet, event_type, commit_ts, seq = reader.pending()
             if status == native.BINLOG_READ_TABLE_MAP:
                 if packet is not None:
@@ -500,8 +507,8 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
     finally:
         dump.close()
     if reader.transactions != len(r.commit_ts):
-        raise ErrBinlogUnsupportedEvent(
-            f"range {r.start}..{r.end} holds {reader.transactions} transactions but the index lists {len(r.commit_ts)}")
+        raise binlog_changed(f"range {r.start}..{r.end} holds {reader.transactions} transactions but the index "
+                             f"lists {len(r.commit_ts)}")
     if reader.rows:
         yield _framed_batch(reader.finish())
 
