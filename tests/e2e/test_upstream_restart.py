@@ -13,7 +13,8 @@ Single node: a real KILL of the puller's replication connection (and any range r
 restarts (stop 6 s, a SIGKILL crash, stop 6 s) and one outage of LONG_OUTAGE s, longer than a read
 task waits for its upstream (30 s) and than the runner's first restart backoffs (10 s + 20 s),
 which a blind backoff would still be sleeping through; then the binlog a paused changefeed needs
-is purged, and `resume` says so (ErrBinlogPurged) with a fix that works. Cluster: one restart.
+is purged, and `resume` says so (ErrBinlogPurged) with a fix that works; last, an event the
+puller cannot read fails every changefeed with its error. Cluster: one restart.
 Both share the upstream and downstream servers.
 """
 
@@ -278,6 +279,37 @@ def resume_past_a_purged_binlog(upstream: MariaDBServer, server: ServerProcess, 
                and int(info["checkpoint_ts"]) > moved, 120, "up-storage to replicate again from the oldest binlog")
 
 
+def an_unreadable_event_fails_every_changefeed(upstream: MariaDBServer, server: ServerProcess,
+                                              changefeeds: list[str]) -> None:
+    """An event the puller cannot read (a compressed one: log_bin_compress turned on for a moment)
+    stops it for good; every changefeed of the capture, whatever its filter, is `failed` with the
+    puller's error within seconds, and a resume that restarts the puller meets the event again."""
+    conn = upstream.connect()
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE e2e_upr_mysql.compressed (id INT PRIMARY KEY, v TEXT)")
+        cur.execute("SET GLOBAL log_bin_compress_min_len = 10")
+        cur.execute("SET GLOBAL log_bin_compress = ON")
+        try:
+            writer = upstream.connect()  # a new session: the setting applies to it
+            with writer.cursor() as write:
+                write.execute("INSERT INTO e2e_upr_mysql.compressed VALUES (1, %s)", ("x" * 200,))
+            writer.close()
+        finally:
+            cur.execute("SET GLOBAL log_bin_compress = OFF")
+    conn.close()
+
+    def shows_it(changefeed: str) -> bool:
+        info = server.api("GET", f"/api/v2/changefeeds/{changefeed}")
+        error = info["error"] or {}
+        return (info["state"] == "failed" and error.get("code") == "SPARKCDC:ErrBinlogUnsupportedEvent"
+                and "log_bin_compress=OFF" in error.get("message", "") and info["puller"]["state"] == "failed")
+
+    for changefeed in changefeeds:
+        wait_until(lambda: shows_it(changefeed), 30, f"{changefeed} to fail with the puller's error")
+    server.cli("changefeed", "resume", "-c", changefeeds[0])
+    wait_until(lambda: shows_it(changefeeds[0]), 30, f"{changefeeds[0]} to fail again after its resume")
+
+
 def assert_index_has_every_transaction_once(upstream: MariaDBServer, data_dir: str) -> None:
     index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
     indexed = [txn.gtid for txn in index.txns_between(0, index.resolved_ts())]
@@ -327,6 +359,7 @@ def test_single_node_changefeeds_ride_out_upstream_restarts_a_crash_and_a_long_o
         finish_and_compare(upstream, downstream, workloads, databases, storage_root)
         assert_index_has_every_transaction_once(upstream, server.data_dir)
         resume_past_a_purged_binlog(upstream, server, workloads["up-storage"])
+        an_unreadable_event_fails_every_changefeed(upstream, server, list(databases))
     finally:
         print("upstream restart (single node) timings:", timings, f"total {round(time.monotonic() - began)}s, "
               f"load average {os.getloadavg()[0]:.1f}")

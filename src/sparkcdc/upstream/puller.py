@@ -76,13 +76,14 @@ COMPRESSION_FIX = (
 )
 
 
-def unsupported_event(event) -> ErrBinlogUnsupportedEvent:
+def unsupported_event(event, at: Optional[BinlogPosition] = None) -> ErrBinlogUnsupportedEvent:
     event_type = getattr(event, "event_type", None)
     if event_type is None and hasattr(event, "packet"):
         event_type = getattr(event.packet, "event_type", None)
     kind = f"0x{event_type:02X}" if isinstance(event_type, int) else type(event).__name__
+    where = f" at {at}" if at is not None else ""
     return ErrBinlogUnsupportedEvent(
-        f"binlog event type {kind} ({type(event).__name__}) cannot be decoded; refusing to skip it. "
+        f"binlog event type {kind} ({type(event).__name__}){where} cannot be decoded; refusing to skip it. "
         f"If it is a compressed event: {COMPRESSION_FIX}"
     )
 
@@ -139,6 +140,10 @@ RECONNECT_BACKOFF_MAX = 2.0
 STALL_SECONDS = 30.0
 # While it reconnects, the puller logs the error at most this often.
 RECONNECT_LOG_SECONDS = 60.0
+# An event the puller cannot read is in the binlog for good.
+PULLER_CANNOT_PASS_FIX = ("No changefeed of this server can replicate past it: recreate them at a position after "
+                          "it, after stopping the server, moving txn-index.sqlite out of its data dir and starting "
+                          "it again (it indexes from the upstream's current position)")
 # The puller's own position was purged: its index cannot go on.
 PULLER_PURGED_FIX = ("This server's transaction index ends there and cannot skip the gap: stop the server, move "
                      "txn-index.sqlite out of its data dir and start it again (it indexes from the upstream's "
@@ -302,6 +307,8 @@ class Puller:
         """The coded error a user sees for what stopped `_pull`."""
         position = self._flushed_position
         doing = f"the binlog puller reading from {position}" if position else "the binlog puller"
+        if isinstance(exc, ErrBinlogUnsupportedEvent):  # in the binlog for good: the puller cannot pass it
+            return ErrBinlogUnsupportedEvent(f"{doing}: {exc.message}. {PULLER_CANNOT_PASS_FIX}")
         error = upstream_error(self.cfg, exc, doing, position, PULLER_PURGED_FIX)
         if error is not None:
             return error
@@ -434,9 +441,10 @@ class Puller:
                 if open_txn is not None:
                     open_txn.see_rows(event.table_id, event.flags, event_start(stream, event), self.piece_bytes)
             elif isinstance(event, XAPrepareEvent):
-                raise ErrBinlogUnsupportedEvent("XA PREPARE in the binlog is not supported yet; avoid XA on replicated tables")
+                raise ErrBinlogUnsupportedEvent(f"XA PREPARE at {event_start(stream, event)} is not supported yet; "
+                                                "avoid XA on replicated tables")
             elif isinstance(event, NotImplementedEvent):
-                raise unsupported_event(event)
+                raise unsupported_event(event, event_start(stream, event))
 
             if open_txn is not None:
                 continue
