@@ -30,7 +30,7 @@ import pyarrow as pa  # noqa: E402
 from mysql_apply_bench import SCHEMA, TABLE, fresh_table, transactions  # noqa: E402
 from sparkcdc.config.replica import ConsistentConfig, ReplicaConfig  # noqa: E402
 from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
-from sparkcdc.pipeline.source import RANGE_MARKER  # noqa: E402
+from sparkcdc.model.change_batch import RANGE_MARKER  # noqa: E402
 from sparkcdc.redo.storage import RedoStorage  # noqa: E402
 from sparkcdc.redo.writer import RedoWriter  # noqa: E402
 from sparkcdc.sink.mysql.sink import MySQLSink  # noqa: E402

@@ -35,7 +35,7 @@ from sparkcdc.config.replica import SinkConfig  # noqa: E402
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo  # noqa: E402
 from sparkcdc.model.tso import compose  # noqa: E402
 from sparkcdc.pipeline.batch_sink import write_batch  # noqa: E402
-from sparkcdc.pipeline.source import marker_batch  # noqa: E402
+from sparkcdc.model.change_batch import marker_batch  # noqa: E402
 from sparkcdc.sink.storage import StorageSink  # noqa: E402
 from sparkcdc.upstream.range_reader import DEFAULT_BATCH_ROWS, PythonBatchBuilder  # noqa: E402
 

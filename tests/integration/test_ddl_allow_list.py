@@ -15,7 +15,8 @@ import pytest
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import TableInfo
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.source import RANGE_MARKER, replicated_tables
+from sparkcdc.model.change_batch import RANGE_MARKER
+from sparkcdc.pipeline.planning import replicated_tables
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.testing.recording_sink import RecordingSink

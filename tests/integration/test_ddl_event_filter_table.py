@@ -26,7 +26,8 @@ from sparkcdc.config.replica import parse_replica_config
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.source import RANGE_MARKER, replicated_tables
+from sparkcdc.model.change_batch import RANGE_MARKER
+from sparkcdc.pipeline.planning import replicated_tables
 from sparkcdc.testing.recording_sink import RecordingSink
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller

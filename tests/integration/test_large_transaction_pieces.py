@@ -14,17 +14,11 @@ from sparkcdc.cli.main import main
 from sparkcdc.config.replica import ReplicaConfig, SinkConfig
 from sparkcdc.consumer.storage_consumer import StorageConsumer
 from sparkcdc.consumer.storage_reader import rebuild_tables
-from sparkcdc.pipeline.batch_sink import batch_bounds, write_batch
-from sparkcdc.pipeline.source import (
-    BatchOffset,
-    RANGE_MARKER,
-    BinlogStreamReader,
-    SourceOptions,
-    _RangePartition,
-    plan_next_batch,
-    plan_partitions,
-    unpack_changes,
-)
+from sparkcdc.model.change_batch import RANGE_MARKER, batch_bounds
+from sparkcdc.pipeline.batch_sink import write_batch
+from sparkcdc.pipeline.planning import BatchOffset, RangePartition, SourceOptions, plan_next_batch, plan_partitions
+from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.sink.mysql.sink import MySQLSink
 from sparkcdc.sink.storage import StorageSink
 from sparkcdc.upstream.connection import UpstreamConfig
@@ -188,7 +182,7 @@ def test_split_transactions_reach_mysql_and_storage_with_a_restart_mid_transacti
     # The restart begins at the checkpoint: the transaction again from its first piece.
     restart = BatchOffset(checkpoints[-1])
     first = plan_partitions(index, options, restart, plan_next_batch(index, restart, 0, PIECE_BYTES)[0], set())
-    assert [p.binlog_range.piece for p in first if isinstance(p, _RangePartition)] == [0]
+    assert [p.binlog_range.piece for p in first if isinstance(p, RangePartition)] == [0]
     sinks = open_sinks()
     assert run_batches(restart, sinks) == BatchOffset(index.resolved_ts())
     for sink in sinks:

@@ -351,7 +351,7 @@ class BatchIndex:
 
 def batch_rows(start: int, end: int, *rows) -> pa.Table:
     """A micro-batch as the source hands it over: rows plus the (start, end] range marker."""
-    from sparkcdc.pipeline.source import RANGE_MARKER
+    from sparkcdc.model.change_batch import RANGE_MARKER
 
     rows = [*rows, (end, start, "", "", RANGE_MARKER, None, None)]
     names = ["commit_ts", "seq", "schema_name", "table_name", "op", "before", "after"]

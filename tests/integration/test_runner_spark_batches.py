@@ -14,7 +14,9 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from sparkcdc.pipeline.runner import marker_only_table, sole_planned_partition
 from sparkcdc.pipeline.spark_session import make_spark_session
-from sparkcdc.pipeline.source import SPARK_SCHEMA, _MarkerPartition, marker_batch, pack_batch, unpack_changes
+from sparkcdc.pipeline.transport import SPARK_SCHEMA, pack_batch, unpack_changes
+from sparkcdc.pipeline.planning import MarkerPartition
+from sparkcdc.model.change_batch import marker_batch
 
 # Spark's Python processes unpickle the test source by value: this module is not importable there.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -31,7 +33,7 @@ class _TwoBatchReader(DataSourceStreamReader):
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, stop = int(start["ts"]), int(end["ts"])
-        marker = [_MarkerPartition(begin, stop)]
+        marker = [MarkerPartition(begin, stop)]
         return marker if stop == 1 else marker + [InputPartition(stop)]
 
     def read(self, partition: InputPartition) -> Iterator:

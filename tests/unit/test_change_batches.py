@@ -11,15 +11,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sparkcdc.model.events import RowChange
-from sparkcdc.pipeline.source import (
-    RANGE_MARKER,
-    SPARK_SCHEMA,
-    marker_batch,
-    pack_batch,
-    spool_batches,
-    unpack_changes,
-)
-from sparkcdc.upstream.range_reader import CHANGE_SCHEMA, PythonBatchBuilder
+from sparkcdc.model.change_batch import CHANGE_SCHEMA, RANGE_MARKER, marker_batch
+from sparkcdc.pipeline.transport import SPARK_SCHEMA, pack_batch, spool_batches, unpack_changes
+from sparkcdc.upstream.range_reader import PythonBatchBuilder
 
 
 def test_packed_batches_are_what_spark_expects_for_its_schema():

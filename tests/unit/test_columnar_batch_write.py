@@ -15,7 +15,7 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.pipeline.batch_sink import tables_of, write_batch
-from sparkcdc.pipeline.source import marker_batch
+from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.storage import StorageSink
 from sparkcdc.upstream.range_reader import PythonBatchBuilder

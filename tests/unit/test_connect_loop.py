@@ -25,15 +25,10 @@ from sparkcdc.pipeline.connect_loop import (
     trigger_seconds,
     validate_spark_remote,
 )
-from sparkcdc.pipeline.source import (
-    RANGE_MARKER,
-    BinlogStreamReader,
-    SourceOptions,
-    _MarkerPartition,
-    _RangePartition,
-    plan_partitions,
-    unpack_changes,
-)
+from sparkcdc.model.change_batch import RANGE_MARKER
+from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.planning import MarkerPartition, RangePartition, SourceOptions, plan_partitions
+from sparkcdc.pipeline.transport import unpack_changes
 
 from test_pipeline_planning import FakeIndex, txn
 
@@ -102,9 +97,9 @@ def test_the_loop_plans_the_partitions_the_stream_reader_plans():
     reader = BinlogStreamReader(options())
     reader._index = lambda: index
     assert reader.partitions({"ts": 5}, {"ts": 30}) == planned
-    assert planned[0] == _MarkerPartition(5, 30)
+    assert planned[0] == MarkerPartition(5, 30)
     ranges = [p.binlog_range for p in planned[1:]]
-    assert all(isinstance(p, _RangePartition) for p in planned[1:])
+    assert all(isinstance(p, RangePartition) for p in planned[1:])
     assert [r.commit_ts for r in ranges] == [(10,), (20,)]
     assert [r.server_id for r in ranges] == [500, 501]
     assert ranges[0].tables == {"db.keyed": KEYED.to_json()}
@@ -197,7 +192,7 @@ def test_the_loop_runs_batch_after_batch_from_start_ts_and_skips_empty_triggers(
     assert three.wait(10)
     loop.stop()
     assert loop.awaitTermination(5)
-    assert seen == [(0, _MarkerPartition(5, 20)), (1, _MarkerPartition(20, 40)), (2, _MarkerPartition(40, 60))]
+    assert seen == [(0, MarkerPartition(5, 20)), (1, MarkerPartition(20, 40)), (2, MarkerPartition(40, 60))]
     assert session.source == BATCH_SOURCE_NAME and session.tags
 
 
@@ -207,7 +202,7 @@ def test_the_loop_stops_at_target_ts():
     session, loop = run_loop(index, lambda frame, batch_id: seen.append(frame.plan.partitions[0]), target_ts=20)
     assert not loop.awaitTermination(0.3)  # it keeps triggering, with nothing past the target to read
     loop.stop()
-    assert seen == [_MarkerPartition(5, 20)]
+    assert seen == [MarkerPartition(5, 20)]
 
 
 def test_a_failed_batch_ends_the_loop_and_awaittermination_raises_it():

@@ -10,7 +10,8 @@ from sparkcdc.errors import SparkCDCError
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.source import RANGE_MARKER, replicated_tables
+from sparkcdc.model.change_batch import RANGE_MARKER
+from sparkcdc.pipeline.planning import replicated_tables
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.schema.catalog import Catalog
 from sparkcdc.schema.rules import DDLPolicy, ErrRenameTableNotSupported, replicated_ddls

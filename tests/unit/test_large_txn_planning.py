@@ -6,13 +6,13 @@ from hypothesis import given, settings, strategies as st
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.pipeline.source import (
+from sparkcdc.pipeline.planning import (
     DEFAULT_MAX_BATCH_BYTES,
     BatchOffset,
     BatchPacer,
+    MarkerPartition,
+    RangePartition,
     SourceOptions,
-    _MarkerPartition,
-    _RangePartition,
     plan_next_batch,
     plan_partitions,
 )
@@ -74,18 +74,18 @@ def test_a_large_transaction_is_planned_piece_by_piece_with_checkpoint_bounds_be
     assert ends == [BatchOffset(19), BatchOffset(20, 1), BatchOffset(20, 2), BatchOffset(20, 3), BatchOffset(30),
                     BatchOffset(40)]
     first = plan_partitions(index, options(), BatchOffset(5), BatchOffset(20, 2), set())
-    assert first[0] == _MarkerPartition(5, 19)
+    assert first[0] == MarkerPartition(5, 19)
     ranges = [p.binlog_range for p in first[1:]]
     assert [(r.commit_ts, r.piece, r.start.pos, r.end.pos) for r in ranges] == [
         ((10,), 0, 1000, 1050), ((20,), 0, 2000, 2100), ((20,), 1, 2100, 2200)]
     middle = plan_partitions(index, options(), BatchOffset(20, 1), BatchOffset(20, 2), set())
-    assert middle[0] == _MarkerPartition(19, 19)
+    assert middle[0] == MarkerPartition(19, 19)
     (piece,) = [p.binlog_range for p in middle[1:]]
     assert (piece.piece, piece.start.pos, piece.end.pos, piece.table_maps) == (
         1, 2100, 2200, (BinlogPosition(FILE, 2010),))
     assert piece.first_seq() == 1 << 32
     last = plan_partitions(index, options(), BatchOffset(20, 3), BatchOffset(30), set())
-    assert last[0] == _MarkerPartition(19, 30)
+    assert last[0] == MarkerPartition(19, 30)
 
 
 def test_without_splitting_a_large_transaction_is_one_batch():
@@ -118,7 +118,7 @@ def test_batches_cover_every_piece_once_in_order_and_checkpoints_never_pass_an_u
         marker = partitions[0]
         assert (marker.start, marker.end) == (start.checkpoint_ts, end.checkpoint_ts)
         for partition in partitions[1:]:
-            assert isinstance(partition, _RangePartition)
+            assert isinstance(partition, RangePartition)
             covered.append((partition.binlog_range.start.pos, partition.binlog_range.end.pos))
         checkpoints.append(end.checkpoint_ts)
         if end.piece:  # a batch that ends inside a transaction holds none of a later one

@@ -5,12 +5,19 @@ from __future__ import annotations
 import pyarrow as pa
 from hypothesis import given, strategies as st
 
+from sparkcdc.model.change_batch import RANGE_MARKER
 from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
+from sparkcdc.pipeline import planning
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline import source
-from sparkcdc.pipeline.source import (
-    IDLE_BATCH_SECONDS, RANGE_MARKER, BatchOffset, BatchPacer, SourceOptions, plan_next_batch, split_ranges,
+from sparkcdc.pipeline.planning import (
+    CATCH_UP_BATCH_FACTOR,
+    IDLE_BATCH_SECONDS,
+    BatchOffset,
+    BatchPacer,
+    SourceOptions,
+    plan_next_batch,
+    split_ranges,
 )
 from sparkcdc.upstream.txn_index import TxnRecord, TxnSize
 
@@ -245,7 +252,7 @@ def test_planning_reads_the_index_a_page_at_a_time(monkeypatch):
             return page
 
     whole = plan_next_batch(FakeIndex(txns, resolved=100), BatchOffset(0), 0, 1050)
-    monkeypatch.setattr(source, "_PLAN_PAGE", 4)
+    monkeypatch.setattr(planning, "_PLAN_PAGE", 4)
     index = CountingIndex(txns, resolved=100)
     assert plan_next_batch(index, BatchOffset(0), 0, 1050) == whole == (BatchOffset(11), True)
     assert index.read == 12  # three pages of 4, not all 100 transactions
@@ -260,7 +267,7 @@ def test_a_catching_up_changefeed_plans_larger_batches_until_it_is_caught_up():
     # The first batch after a start is max-batch-bytes: two transactions (cut by size).
     assert pacer.plan(index, BatchOffset(0), options) == BatchOffset(20) and pacer.catching_up
     # Then, catching up, CATCH_UP_BATCH_FACTOR times that: 4000 bytes hold seven transactions.
-    assert source.CATCH_UP_BATCH_FACTOR == 4
+    assert CATCH_UP_BATCH_FACTOR == 4
     assert pacer.plan(index, BatchOffset(20), options) == BatchOffset(90) and pacer.catching_up
     assert pacer.plan(index, BatchOffset(90), options) == BatchOffset(160) and pacer.catching_up
     # The rest fits: caught up (after the trigger interval), and the next batch is back to

@@ -7,7 +7,8 @@ from __future__ import annotations
 import os
 
 from sparkcdc.pipeline import query_rest
-from sparkcdc.pipeline.source import BinlogStreamReader, SourceOptions
+from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.planning import SourceOptions
 
 
 class _Query:

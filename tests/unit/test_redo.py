@@ -12,7 +12,7 @@ from sparkcdc.config.replica import ConsistentConfig, parse_replica_config
 from sparkcdc.errors import ErrConsistentStorage, ErrInvalidReplicaConfig, ErrRedoFileOp, ErrRedoMetaFileNotFound
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.source import RANGE_MARKER
+from sparkcdc.model.change_batch import RANGE_MARKER
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.redo import format as fmt
 from sparkcdc.redo.applier import apply_steps, split_updates_for_apply

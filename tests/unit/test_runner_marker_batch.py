@@ -10,11 +10,13 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from sparkcdc.pipeline.runner import marker_only_table
-from sparkcdc.pipeline.source import _MarkerPartition, marker_batch, pack_batch
+from sparkcdc.pipeline.planning import MarkerPartition
+from sparkcdc.model.change_batch import marker_batch
+from sparkcdc.pipeline.transport import pack_batch
 
 
 def test_a_sole_marker_partition_gives_the_marker_table():
-    table = marker_only_table(pickle.dumps(_MarkerPartition(17, 42)))
+    table = marker_only_table(pickle.dumps(MarkerPartition(17, 42)))
     assert table is not None
     assert table.schema == marker_batch(17, 42).schema
     assert table.to_pylist() == marker_batch(17, 42).to_pylist()
@@ -74,9 +76,9 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
     stopping = threading.Event()
     write = runner._batch_writer(info, ReplicaConfig(), writer, sink=None, stopping=stopping)
     jobs: list = []
-    for batch_id, (at, partition) in enumerate([(0, _MarkerPartition(0, 1)), (1, _MarkerPartition(1, 2)),
-                                                (19, _MarkerPartition(2, 3)), (21, _MarkerPartition(3, 4)),
-                                                (22, _MarkerPartition(4, 5)), (23, InputPartition(7))]):
+    for batch_id, (at, partition) in enumerate([(0, MarkerPartition(0, 1)), (1, MarkerPartition(1, 2)),
+                                                (19, MarkerPartition(2, 3)), (21, MarkerPartition(3, 4)),
+                                                (22, MarkerPartition(4, 5)), (23, InputPartition(7))]):
         now[0] = at
         write(_Batch(partition, jobs), batch_id)
     writer.wait()

@@ -12,7 +12,7 @@ from sparkcdc.cli.logs import SecretMaskingFormatter, configure_logging
 from sparkcdc.cli.server_cmd import UPSTREAM_PASSWORD_ENV, make_private, upstream_uri
 from sparkcdc.config.secrets import mask_document, mask_stored_value, mask_text
 from sparkcdc.errors import ErrUpstreamURIInvalid
-from sparkcdc.pipeline.source import SourceOptions
+from sparkcdc.pipeline.planning import SourceOptions
 from sparkcdc.upstream.connection import UpstreamConfig
 
 

@@ -20,8 +20,8 @@ def classify_tables(tables: Sequence[TableInfo], config) -> tuple[list[TableInfo
     """(eligible, ineligible) among the tables the config's filter rules select."""
     table_filter = TableFilter(config.filter.rules, config.case_sensitive)
     selected = [t for t in tables if table_filter.match(t.schema, t.table)]
-    eligible = [t for t in selected if config.force_replicate or t.has_valid_index]
-    ineligible = [t for t in selected if not (config.force_replicate or t.has_valid_index)]
+    eligible = [t for t in selected if t.is_eligible(config.force_replicate)]
+    ineligible = [t for t in selected if not t.is_eligible(config.force_replicate)]
     selectors = ColumnSelectors(config.sink.column_selectors, config.case_sensitive)
     selectors.verify(eligible)
     if config.sink.dispatchers:

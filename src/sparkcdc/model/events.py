@@ -95,6 +95,11 @@ class TableInfo:
     def has_valid_index(self) -> bool:
         return bool(self.handle_key)
 
+    def is_eligible(self, force_replicate: bool) -> bool:
+        """Whether the table's rows are replicated (TiCDC's TableInfo.IsEligible): only with a
+        valid index, since rows without one cannot be keyed downstream, unless force-replicate."""
+        return force_replicate or self.has_valid_index
+
     def column(self, name: str) -> ColumnInfo:
         for c in self.columns:
             if c.name == name:

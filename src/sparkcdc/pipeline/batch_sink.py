@@ -32,12 +32,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkcdc.filter.change_filters import ChangeFilters
+from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, RANGE_MARKER, batch_bounds, runs_of_equal
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_changes
-from sparkcdc.pipeline.source import RANGE_MARKER
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
-from sparkcdc.sink.codec.arrow_input import OP_NAMES, runs_of_equal
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -56,14 +55,6 @@ class BatchResult:
     end: int
     rows: int
     ddls: int
-
-
-def batch_bounds(table: pa.Table) -> tuple[int, int] | None:
-    """The (start, end] of a batch from its range marker rows; None for an empty batch."""
-    markers = table.filter(pc.equal(table["op"], RANGE_MARKER))
-    if markers.num_rows == 0:
-        return None
-    return int(pc.min(markers["seq"]).as_py()), int(pc.max(markers["commit_ts"]).as_py())
 
 
 _ROW_COLUMNS = ("commit_ts", "seq", "op", "before", "after")
@@ -284,9 +275,9 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink | ArrowRo
     return written
 
 
-# Per op code (its index in OP_NAMES), whether the op has a before and an after image.
-_HAS_BEFORE = np.array([False, True, True])
-_HAS_AFTER = np.array([True, True, False])
+# Per op code (model.change_batch.OP_CODES), whether the op has a before and an after image.
+_HAS_BEFORE = np.array([op != "insert" for op in sorted(OP_CODES, key=OP_CODES.get)])
+_HAS_AFTER = np.array([op != "delete" for op in sorted(OP_CODES, key=OP_CODES.get)])
 
 
 def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array, before: pa.Array,
@@ -337,8 +328,8 @@ def write_batch(
         info = index.table_info_at(table_rows.schema, table_rows.table, start)
         if info is None:
             raise RuntimeError(f"no table info for {table_rows.schema}.{table_rows.table} at {start}")
-        if not (info.has_valid_index or ddl_policy.force_replicate):
-            continue  # the source does not decode such tables; this keeps the rule in one more place
+        if not info.is_eligible(ddl_policy.force_replicate):
+            continue  # the source does not decode such tables either (planning.replicated_tables)
         if redo is None:
             # The sink's writers start while the next table is planned.
             written += _write_table(info, table_rows, sink, split_updates, filters)

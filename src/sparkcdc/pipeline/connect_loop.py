@@ -29,15 +29,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, ErrSparkRemoteUnreachable
-from sparkcdc.pipeline.source import (
-    SPARK_SCHEMA,
-    BatchOffset,
-    BatchPacer,
-    BinlogStreamReader,
-    SourceOptions,
-    _MarkerPartition,
-    plan_partitions,
-)
+from sparkcdc.pipeline.planning import BatchOffset, BatchPacer, MarkerPartition, SourceOptions, plan_partitions
+from sparkcdc.pipeline.source import read_partition
+from sparkcdc.pipeline.transport import SPARK_SCHEMA
 from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
 
 log = logging.getLogger(__name__)
@@ -131,7 +125,7 @@ def _open_session(remote: str):
 def _warm_up(spark) -> None:
     began = time.monotonic()
     try:
-        plan = BatchPlan(SourceOptions(index_path="", upstream_uri="", start_ts=0), (_MarkerPartition(0, 1),))
+        plan = BatchPlan(SourceOptions(index_path="", upstream_uri="", start_ts=0), (MarkerPartition(0, 1),))
         rows = spark.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load().toArrow().num_rows
         log.info("Spark Connect warm-up read %d row in %.1fs", rows, time.monotonic() - began)
     except Exception as exc:  # an optimisation only: the first batch then starts the workers
@@ -268,7 +262,7 @@ class _PasswordUnpickler(pickle.Unpickler):
 
 
 class PlannedBinlogReader(DataSourceReader):
-    """Reads the partitions the capture planned, with the stream reader's own read()."""
+    """Reads the partitions the capture planned, as the stream reader's read tasks do."""
 
     def __init__(self, plan: BatchPlan):
         self._plan = plan
@@ -277,7 +271,7 @@ class PlannedBinlogReader(DataSourceReader):
         return list(self._plan.partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return BinlogStreamReader(self._plan.options).read(partition)
+        return read_partition(partition, self._plan.options.spool_dir)
 
 
 class PlannedBinlogSource(DataSource):

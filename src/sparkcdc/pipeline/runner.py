@@ -48,7 +48,10 @@ from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.pipeline.source import SOURCE_NAME, SourceOptions, _MarkerPartition, marker_batch, unpack_changes
+from sparkcdc.model.change_batch import marker_batch
+from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions
+from sparkcdc.pipeline.source import SOURCE_NAME
+from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
 from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
@@ -300,7 +303,7 @@ class ChangefeedRunner:
 
     def _spool_dir(self, info: ChangefeedInfo) -> str:
         """The changefeed's spool directory, emptied, when the read tasks run on this machine (a
-        `local` master; pipeline/source.py); "" when the batches must travel through Spark."""
+        `local` master; pipeline/transport.py); "" when the batches must travel through Spark."""
         if is_connect_session(self._spark) or not self._spark.sparkContext.master.startswith("local"):
             return ""
         spool_dir = self._spool_path(info.namespace, info.id)
@@ -635,7 +638,7 @@ def marker_only_table(picked: bytes | None) -> pa.Table | None:
         partition = pickle.loads(picked) if picked else None
     except Exception:
         return None
-    if not isinstance(partition, _MarkerPartition):
+    if not isinstance(partition, MarkerPartition):
         return None
     return pa.Table.from_batches([marker_batch(partition.start, partition.end)])
 

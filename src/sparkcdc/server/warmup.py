@@ -21,7 +21,7 @@ from typing import Iterator, Sequence
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from sparkcdc.pipeline.query_rest import wait_until_started
-from sparkcdc.pipeline.source import SPARK_SCHEMA, unpack_changes
+from sparkcdc.pipeline.transport import SPARK_SCHEMA, unpack_changes
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +48,10 @@ class _WarmupStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator:
         # The binlog source's own range-marker batch: the worker imports (and, reused, keeps)
         # the source's read path and Spark takes the same Arrow route as a changefeed's rows.
-        from sparkcdc.pipeline.source import marker_batch, pack_batch
+        from sparkcdc.pipeline.planning import MarkerPartition
+        from sparkcdc.pipeline.source import read_partition
 
-        yield pack_batch(marker_batch(0, _WARMUP_END_TS))
+        yield from read_partition(MarkerPartition(0, _WARMUP_END_TS))
 
     def commit(self, end: dict) -> None:
         pass

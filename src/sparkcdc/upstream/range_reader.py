@@ -10,8 +10,9 @@ table's first TABLE_MAP, a table on the pure path, and each full batch. Otherwis
 module is built, else by mysql-replication and `values.converter` (the reference).
 
 Two shapes of output: `read_range_batches` (what the Spark source yields) cuts the range into
-`pyarrow.RecordBatch`es of CHANGE_SCHEMA; with the native decoder their value columns are filled
-in Rust, without a Python object per value. `read_range` yields one `RowChange` per row.
+change batches (model/change_batch.py, CHANGE_SCHEMA); with the native decoder their value
+columns are filled in Rust, without a Python object per value. `read_range` yields one
+`RowChange` per row.
 
 Executors import this module in every fresh Python worker, so it keeps its imports to what
 decoding needs; the pure path's value converters (numpy) and the puller load on first use.
@@ -19,8 +20,6 @@ decoding needs; the pure path's value converters (numpy) and the puller load on 
 
 from __future__ import annotations
 
-import array
-import itertools
 import struct
 import time
 from dataclasses import dataclass, field
@@ -44,6 +43,7 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
+from sparkcdc.model.change_batch import CHANGE_SCHEMA, IMAGE_TYPE, OP_CODES, OP_NAMES, string_array
 from sparkcdc.model.events import RowChange, TableInfo, Value
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import UpstreamConfig, lost_connection, upstream_error
@@ -103,17 +103,9 @@ _EVENT_BODY_OFFSET = 20
 _KNOWN_POST_HEADER = {23: 8, 24: 8, 25: 8, 30: 10, 31: 10, 32: 10}
 _OPS = {WriteRowsEvent: "insert", DeleteRowsEvent: "delete", UpdateRowsEvent: "update"}
 
-# The row changes of a batch: what executors decode and the driver writes. The Spark source carries
-# each record batch packed as one binary value (pipeline/source.py, SPARK_SCHEMA).
-_IMAGE_TYPE = pa.list_(pa.field("element", pa.string()))
-CHANGE_SCHEMA = pa.schema([
-    ("commit_ts", pa.int64()), ("seq", pa.int64()), ("schema_name", pa.string()), ("table_name", pa.string()),
-    ("op", pa.string()), ("before", _IMAGE_TYPE), ("after", _IMAGE_TYPE),
-])
 # Rows per batch: large enough that per-batch costs vanish, small enough that a batch of wide rows
 # stays a few MB in the executor and the JVM.
 DEFAULT_BATCH_ROWS = 4096
-_OP_CODES = {"insert": 0, "update": 1, "delete": 2}
 
 
 class TableLayout:
@@ -493,7 +485,7 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
                 event = dump.event(packet, reader.format_description, tables, _OP_CLASSES[event_type])
                 added = 0
                 for change in pure_row_changes(event, layouts[table_id], commit_ts, seq):
-                    reader.add_row(change.seq, change.schema, change.table, _OP_CODES[change.op], change.before,
+                    reader.add_row(change.seq, change.schema, change.table, OP_CODES[change.op], change.before,
                                    change.after)
                     added += 1
                 reader.pure_done(added)
@@ -556,7 +548,7 @@ class NativeBatchBuilder:
         code = self._table_code(layout.schema, layout.table)
         added = 0
         for change in pure_row_changes(event, layout, commit_ts, seq):
-            self._builder.add_row(change.commit_ts, change.seq, code, _OP_CODES[change.op], change.before, change.after)
+            self._builder.add_row(change.commit_ts, change.seq, code, OP_CODES[change.op], change.before, change.after)
             added += 1
         return added
 
@@ -586,27 +578,10 @@ def change_batch(buffers: tuple, table_names: list) -> pa.RecordBatch:
         pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(seq)]),
         schemas.take(code_array),
         tables.take(code_array),
-        _OP_NAMES.take(op_array),
+        OP_NAMES.take(op_array),
         _image_array(rows, before),
         _image_array(rows, after),
     ], schema=CHANGE_SCHEMA)
-
-
-def string_array(texts: list[str]) -> pa.StringArray:
-    """A string array built from its buffers: `pa.array` would import pandas (~1 s in a fresh
-    Python worker) to check whether the list is a pandas object."""
-    encoded = [text.encode("utf-8") for text in texts]
-    offsets = array.array("i", itertools.accumulate((len(e) for e in encoded), initial=0))
-    return pa.Array.from_buffers(pa.string(), len(texts), [None, pa.py_buffer(offsets.tobytes()),
-                                                           pa.py_buffer(b"".join(encoded))])
-
-
-def int64_array(values: list[int]) -> pa.Int64Array:
-    """An int64 array built from its buffer (see `string_array`)."""
-    return pa.Array.from_buffers(pa.int64(), len(values), [None, pa.py_buffer(array.array("q", values).tobytes())])
-
-
-_OP_NAMES = string_array(sorted(_OP_CODES, key=_OP_CODES.get))
 
 
 def _image_array(rows: int, buffers: tuple) -> pa.Array:
@@ -617,7 +592,7 @@ def _image_array(rows: int, buffers: tuple) -> pa.Array:
         [pa.py_buffer(value_validity) if value_nulls else None, pa.py_buffer(value_offsets), pa.py_buffer(data)],
         null_count=value_nulls)
     return pa.Array.from_buffers(
-        _IMAGE_TYPE, rows, [pa.py_buffer(list_validity) if list_nulls else None, pa.py_buffer(list_offsets)],
+        IMAGE_TYPE, rows, [pa.py_buffer(list_validity) if list_nulls else None, pa.py_buffer(list_offsets)],
         null_count=list_nulls, children=[strings])
 
 

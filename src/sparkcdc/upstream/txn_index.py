@@ -52,7 +52,7 @@ _ADDED_COLUMNS = {
 }
 
 # A transaction larger than this is cut into pieces of about this many binlog bytes, at ROWS
-# event borders, so a micro-batch can end inside it (pipeline/source.py). It equals the source's
+# event borders, so a micro-batch can end inside it (pipeline/planning.py). It equals the source's
 # DEFAULT_MAX_BATCH_BYTES (a unit test checks): one piece is about one micro-batch.
 DEFAULT_PIECE_BYTES = 8 << 20
 

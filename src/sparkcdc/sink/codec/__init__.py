@@ -25,7 +25,7 @@ class Encoder(Protocol):
     def encode_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """One (commit_ts, encode_rows of that transaction's rows) per transaction, in order, from
-        one table's rows as columns (the shape of range_reader.CHANGE_SCHEMA, netted and split)."""
+        one table's rows as columns (the shape of model.change_batch.CHANGE_SCHEMA, netted and split)."""
         ...
 
     def encode_ddl(self, ddl: DDLEvent) -> Optional[bytes]: ...

@@ -9,22 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkcdc.model.change_batch import IMAGE_TYPE, OP_NAMES
 from sparkcdc.model.events import RowChange, TableInfo
-
-# A row's op code is its op's index here (0 insert, 1 update, 2 delete): what native encoders
-# read, and what the batch writer's and the MySQL sink's columnar checks compute.
-OP_NAMES = pa.array(["insert", "update", "delete"])
-_IMAGE_TYPE = pa.list_(pa.string())
 
 
 @dataclass(frozen=True)
 class ArrowRows:
     """`encode_arrow`'s arguments checked and normalised: plain arrays (chunks combined), images
-    as list<string>, ops as codes 0 insert, 1 update, 2 delete (what native encoders read)."""
+    as list<string>, ops as their codes (model.change_batch.OP_CODES, what native encoders read)."""
 
     commit_ts: pa.Int64Array
     op_codes: pa.Int32Array
@@ -51,8 +46,8 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after, check_widths: bo
     the native encoders check it per row, as they do) row images of one value per column."""
     commit_ts = _plain(commit_ts, pa.int64(), "commit_ts")
     ops = _plain(ops, pa.string(), "ops")
-    before = _plain(before, _IMAGE_TYPE, "before")
-    after = _plain(after, _IMAGE_TYPE, "after")
+    before = _plain(before, IMAGE_TYPE, "before")
+    after = _plain(after, IMAGE_TYPE, "after")
     if not len(commit_ts) == len(ops) == len(before) == len(after):
         raise ValueError(f"encode_arrow: commit_ts, ops, before and after differ in length "
                          f"({len(commit_ts)}, {len(ops)}, {len(before)}, {len(after)})")
@@ -69,13 +64,6 @@ def arrow_rows(table: TableInfo, commit_ts, ops, before, after, check_widths: bo
                 raise ValueError(f"encode_arrow: {name} image of {table.schema}.{table.table} has {length} "
                                  f"values but the table has {len(table.columns)} columns")
     return ArrowRows(commit_ts, codes, before, after)
-
-
-def runs_of_equal(values: np.ndarray) -> list[tuple[int, int]]:
-    """(start, end) of each run of equal consecutive values (of a column in transaction order:
-    each transaction's rows, each table's)."""
-    borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
-    return list(zip(borders, borders[1:])) if len(values) else []
 
 
 _EMPTY_OFFSETS = pa.py_buffer(bytes(4))

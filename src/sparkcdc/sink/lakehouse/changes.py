@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkcdc.model.events import RowChange, TableInfo
-from sparkcdc.sink.codec.arrow_input import OP_NAMES, arrow_rows
+from sparkcdc.model.change_batch import OP_NAMES
+from sparkcdc.sink.codec.arrow_input import arrow_rows
 from sparkcdc.sink.lakehouse.types import arrow_schema, typed_table
 
 _IMAGE = pa.list_(pa.string())

@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pymysql.constants.SERVER_STATUS import SERVER_STATUS_NO_BACKSLASH_ESCAPES
 
+from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, runs_of_equal
 from sparkcdc.model.events import GEOMETRY_TYPES, INTEGER_TYPES, ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.sql_values import to_parameter
-from sparkcdc.sink.codec.arrow_input import OP_NAMES, runs_of_equal
 from sparkcdc.sink.mysql.causality import _FNV_OFFSET, _FNV_PRIME, KeySpace, fnv32a, fold_text
 from sparkcdc.sink.mysql.sql import (
     PlanOptions,
@@ -38,7 +38,7 @@ from sparkcdc.sink.mysql.sql import (
     writable_columns,
 )
 
-INSERT, UPDATE, DELETE = 0, 1, 2  # op codes: indexes in OP_NAMES
+INSERT, UPDATE, DELETE = OP_CODES["insert"], OP_CODES["update"], OP_CODES["delete"]
 # pymysql's converters.escape_string, in the order that keeps it one pass: backslash first.
 _BACKSLASH_ESCAPES = (("\\", "\\\\"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\x1a", "\\Z"),
                       ('"', '\\"'), ("'", "\\'"))
