@@ -10,7 +10,7 @@ from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.sink.storage import StorageSink, parse_storage_uri
-from sparkcdc.sink.storage.location import MULTIPART_CHUNK_SIZE, parse_storage_location
+from sparkcdc.config.storage_location import MULTIPART_CHUNK_SIZE, parse_storage_location
 
 SECRET = "wJalrXUtnFEMI/K7MDENG"
 

@@ -536,7 +536,7 @@ def _validate_consistent(consistent: ConsistentConfig) -> None:
     if not consistent.storage:
         raise _invalid("`consistent.storage` is empty but `consistent.level` is \"eventual\"; set it to where "
                        "the redo log goes, e.g. \"file:///data/redo\" or \"s3://bucket/redo?endpoint=...\"")
-    from sparkcdc.redo.storage import parse_redo_storage_uri
+    from sparkcdc.config.storage_location import parse_redo_storage_uri
 
     parse_redo_storage_uri(consistent.storage)
 

@@ -29,7 +29,7 @@ from sparkcdc.consumer.storage_reader import (
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import TableInfo
-from sparkcdc.sink.storage.location import StorageLocation, parse_storage_location
+from sparkcdc.config.storage_location import StorageLocation, parse_storage_location
 from sparkcdc.sink.storage.table_definition import TableDefinition
 
 _INTEGERS = ("TINYINT", "SMALLINT", "MEDIUMINT", "INT", "YEAR")

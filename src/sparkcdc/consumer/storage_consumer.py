@@ -52,7 +52,7 @@ from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.schema.parser import quote_identifier
 from sparkcdc.sink.mysql.connection import close_quietly
-from sparkcdc.sink.storage.location import parse_storage_location
+from sparkcdc.config.storage_location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import ACTION_TYPES, TableDefinition
 
 log = logging.getLogger(__name__)

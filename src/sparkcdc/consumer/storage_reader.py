@@ -25,7 +25,7 @@ from sparkcdc.errors import ErrSinkUnknownProtocol, ErrStorageIO
 from sparkcdc.model.events import TableInfo
 from sparkcdc.model.tso import LOGICAL_BITS
 from sparkcdc.schema.parser import DDLParseError, parse
-from sparkcdc.sink.storage.location import parse_storage_location
+from sparkcdc.config.storage_location import parse_storage_location
 from sparkcdc.sink.storage.table_definition import TableDefinition
 
 Row = dict[str, Optional[str]]

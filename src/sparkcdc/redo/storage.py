@@ -1,6 +1,6 @@
 """Where a redo log lives: the root of one fsspec file system, from `consistent.storage`.
 
-The URI takes the storage sink's location parameters (sink/storage/location.py); `nfs://` and
+The URI takes the storage sink's location parameters (config/storage_location.py); `nfs://` and
 `local://` are local paths, as in TiCDC. Local writes are made durable with fsync (the file and,
 for new names, its directory); object stores are durable once a put returns.
 """
@@ -10,28 +10,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from sparkcdc.config.sink_uri import mask_sink_uri
-from sparkcdc.errors import ErrConsistentStorage, SparkCDCError
-from sparkcdc.sink.storage.location import StorageLocation, parse_storage_location
-
-REDO_SCHEMES = ("file", "local", "nfs", "s3", "gcs", "gs", "azblob", "azure")
-
-
-def parse_redo_storage_uri(uri: str) -> StorageLocation:
-    """The location `consistent.storage` (or `redo --storage`) names; a coded error if invalid."""
-    scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
-    if scheme not in REDO_SCHEMES:
-        raise ErrConsistentStorage(
-            f"redo storage {mask_sink_uri(uri)!r} must be a URI with one of the schemes "
-            f"{', '.join(s + '://' for s in REDO_SCHEMES)}, e.g. file:///data/redo")
-    if scheme == "nfs":
-        uri = "file" + uri[len("nfs"):]
-    try:
-        return parse_storage_location(uri)
-    except SparkCDCError as exc:
-        raise ErrConsistentStorage(f"redo storage is invalid: {exc.message}") from None
+from sparkcdc.config.storage_location import StorageLocation, parse_redo_storage_uri
+from sparkcdc.errors import ErrConsistentStorage
 
 
 @dataclass

@@ -272,7 +272,7 @@ def parse_kafka_sink_uri(uri: str, config: Optional[ReplicaConfig] = None) -> Ka
         raise ErrSinkURIInvalid("large-message-handle-option=claim-check needs "
                                 "[sink.kafka-config.large-message-handle] claim-check-storage-uri, e.g. s3://bucket/claim-check")
     if large == "claim-check":
-        from sparkcdc.sink.storage.location import parse_storage_location
+        from sparkcdc.config.storage_location import parse_storage_location
 
         parse_storage_location(handle.claim_check_storage_uri)
     if handle.large_message_handle_compression not in ("", "none") and protocol not in ("canal-json", "open-protocol"):

@@ -57,7 +57,7 @@ class ClaimCheckStorage:
     """Where claim-check messages are written (the sink) and read back (the consumer)."""
 
     def __init__(self, uri: str, raw_value: bool = False):
-        from sparkcdc.sink.storage.location import parse_storage_location
+        from sparkcdc.config.storage_location import parse_storage_location
 
         location = parse_storage_location(uri)
         self._filesystem = location.filesystem()

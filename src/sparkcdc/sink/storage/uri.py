@@ -18,7 +18,7 @@ from urllib.parse import parse_qsl, urlsplit
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
-from sparkcdc.sink.storage.location import (
+from sparkcdc.config.storage_location import (
     parse_bool,
     StorageLocation,
     location_parameter,

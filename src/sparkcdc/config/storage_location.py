@@ -1,4 +1,5 @@
-"""Where storage sink files live: a root inside one fsspec file system, from a URI.
+"""Where files live: a root inside one fsspec file system, from a URI (the storage sink's, the
+redo log's, claim-check storage's, and the consumers' upstream).
 
 Credential parameters keep TiDB's external-storage names (br/pkg/storage/parse.go, s3.go,
 gcs.go, azblob.go), so a TiCDC sink URI works unchanged:
@@ -11,6 +12,9 @@ gcs.go, azblob.go), so a TiCDC sink URI works unchanged:
 
 Every backend is one code path: s3fs, gcsfs and adlfs behind fsspec. Secrets stay in
 `StorageLocation.options`, which is left out of repr() and equality.
+
+Parsing is part of validating a changefeed's config (it sits below the sinks and the redo log
+that use it); the file systems are built only when `filesystem()` is called.
 """
 
 from __future__ import annotations
@@ -21,10 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import fsspec
-
 from sparkcdc.config.sink_uri import mask_sink_uri
-from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid
+from sparkcdc.errors import ErrConsistentStorage, ErrSinkUnsupported, ErrSinkURIInvalid, SparkCDCError
 
 LOCAL_SCHEMES = frozenset({"file", "local", ""})
 SCHEME_ALIASES = {"gs": "gcs", "azure": "azblob", "local": "file", "": "file"}
@@ -91,6 +93,8 @@ class StorageLocation:
     def filesystem(self, flush_concurrency: int = 1) -> Any:
         """A fresh fsspec file system (no instance or listing cache: writers read their writes)."""
         if self.scheme == "file":
+            import fsspec
+
             return fsspec.filesystem("file")
         builder = {"s3": self._s3, "gcs": self._gcs, "azblob": self._azblob}[self.scheme]
         return builder(max(1, flush_concurrency))
@@ -256,3 +260,22 @@ def parse_storage_location(uri: str) -> StorageLocation:
     if scheme == "s3" and bool(options.get("access-key")) != bool(options.get("secret-access-key")):
         raise ErrSinkURIInvalid("s3:// takes access-key and secret-access-key together; pass both")
     return StorageLocation(scheme, root, options)
+
+
+# Redo storage URIs (`consistent.storage`, `sparkcdc redo --storage`): TiCDC's redo schemes.
+REDO_SCHEMES = ("file", "local", "nfs", "s3", "gcs", "gs", "azblob", "azure")
+
+
+def parse_redo_storage_uri(uri: str) -> StorageLocation:
+    """The location `consistent.storage` (or `redo --storage`) names; a coded error if invalid."""
+    scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
+    if scheme not in REDO_SCHEMES:
+        raise ErrConsistentStorage(
+            f"redo storage {mask_sink_uri(uri)!r} must be a URI with one of the schemes "
+            f"{', '.join(s + '://' for s in REDO_SCHEMES)}, e.g. file:///data/redo")
+    if scheme == "nfs":
+        uri = "file" + uri[len("nfs"):]
+    try:
+        return parse_storage_location(uri)
+    except SparkCDCError as exc:
+        raise ErrConsistentStorage(f"redo storage is invalid: {exc.message}") from None
