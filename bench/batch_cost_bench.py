@@ -69,13 +69,13 @@ class TimedSink:
 
 
 def instrument(timings: Timings) -> None:
-    """Wrap the runner's foreachBatch callback, toArrow, write_batch and make_sink with timers."""
+    """Wrap the runner's foreachBatch callback, toArrow, write_batch and the sink it opens with timers."""
     from pyspark.sql.classic.dataframe import DataFrame  # what foreachBatch hands over
 
     import sparkcdc.pipeline.runner as runner
 
-    make_sink, write_batch, batch_writer = runner.make_sink, runner.write_batch, runner.ChangefeedRunner._batch_writer
-    runner.make_sink = lambda *a, **k: TimedSink(make_sink(*a, **k), timings)
+    open_sink, write_batch, batch_writer = runner.SinkSpec.open, runner.write_batch, runner.ChangefeedRunner._batch_writer
+    runner.SinkSpec.open = lambda spec, *a, **k: TimedSink(open_sink(spec, *a, **k), timings)
     runner.write_batch = timed(timings, "write_batch", write_batch)
     to_arrow = DataFrame.toArrow
 

@@ -69,7 +69,7 @@ def replicate(cfg: UpstreamConfig, index: TxnIndex, start: int, end: int, config
     rows decoded only for the tables the source decodes at the batch start."""
     config = parse_replica_config(config_text)
     table_filter = TableFilter(config.filter.rules)
-    filters = ChangeFilters(config, "blackhole://")
+    filters = ChangeFilters(config)
     sink = RecordingSink()
     txns = index.txns_between(start, end)
     batch_start = start

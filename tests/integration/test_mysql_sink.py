@@ -12,7 +12,7 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.pipeline.netting import net_changes_per_key
-from sparkcdc.sink.factory import make_sink
+from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.sink.mysql.connection import RetryPolicy
 from sparkcdc.sink.mysql.sink import MySQLSink
 from sparkcdc.upstream.schema_reader import read_table_info
@@ -239,7 +239,7 @@ def test_ddl_replay_is_idempotent_and_uses_upstream_time(downstream):
 @ENTRIES
 def test_parallel_writers_keep_per_key_order(downstream, columnar):
     """Many small transactions over a few hot keys through 8 workers: the last write wins per key."""
-    with make_sink(downstream.uri + "?worker-count=8&max-txn-row=16", ReplicaConfig()) as sink:
+    with parse_sink_spec(downstream.uri + "?worker-count=8&max-txn-row=16", ReplicaConfig()).open() as sink:
         info = setup_table(sink, downstream, "db4",
                            "CREATE TABLE t (a INT PRIMARY KEY, v INT, u INT NOT NULL, UNIQUE KEY (u))", "t")
         state: dict[int, tuple[str, str, str]] = {}

@@ -4,11 +4,11 @@ import urllib.request
 
 import pytest
 
-from sparkcdc.config.sink_uri import classify_sink_uri
 from sparkcdc.errors import ErrStartTsInvalid
 from sparkcdc.model import tso
 from sparkcdc.api.server import serve
 from sparkcdc.server.metastore import MetaStore
+from sparkcdc.sink.registry import classify_sink_uri
 
 NOW = tso.compose(1_700_000_000_000, 5)
 POSITIONS = {"0-1-876": 3000, "mysql-bin.000002:4567": 1500}  # what the fake index resolves

@@ -44,22 +44,25 @@ def test_bad_column_rule_names_position():
 
 
 def test_selectors_refused_for_database_sinks():
+    from sparkcdc.sink.registry import parse_sink_spec
+
     config = parse_replica_config('[[sink.column-selectors]]\nmatcher = ["db.*"]\ncolumns = ["*"]\n')
-    ChangeFilters(config, "file:///tmp/x?protocol=csv")
-    with pytest.raises(ErrInvalidReplicaConfig, match="only to MQ and storage sinks"):
-        ChangeFilters(config, "mysql://root@127.0.0.1:3306/")
+    assert parse_sink_spec("file:///tmp/x?protocol=csv", config).column_selectors_allowed
+    assert parse_sink_spec("kafka://h:9092/t?protocol=canal-json", config).column_selectors_allowed
+    with pytest.raises(ErrInvalidReplicaConfig, match="mysql:// sink writes whole rows.*only to MQ and storage sinks"):
+        parse_sink_spec("mysql://root@127.0.0.1:3306/", config)
 
 
 def test_storage_sink_writes_only_selected_columns(tmp_path):
     import glob
 
-    from sparkcdc.sink.factory import make_sink
     from sparkcdc.model.events import DDLEvent
+    from sparkcdc.sink.registry import parse_sink_spec
 
     config = parse_replica_config('[[sink.column-selectors]]\nmatcher = ["db.t"]\ncolumns = ["*", "!secret*"]\n')
     uri = f"file://{tmp_path}?protocol=csv"
-    filters = ChangeFilters(config, uri)
-    sink = make_sink(uri, config)
+    filters = ChangeFilters(config)
+    sink = parse_sink_spec(uri, config).open()
     try:
         sink.write_ddl(filters.ddl(DDLEvent(1, "db", "t", "CREATE TABLE t (...)", "create table", table_info=T)))
         table, rows = filters.rows(T, [RowChange(2, "db", "t", "insert", after=("1", "n", "TOP", "TOP2"))])

@@ -98,7 +98,7 @@ def write_both(tmp_path, batches: list[pa.Table], protocol: str = "canal-json", 
         sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=True)
         sink_config.cloud_storage_config.file_size = file_size  # below the URI's 1 MiB minimum
         sink = kind(uri, sink_config, clock=lambda: NOW)
-        filters = ChangeFilters(config, uri)
+        filters = ChangeFilters(config)
         written = []
         for table in batches:
             result = write_batch(table, FakeIndex(), sink, lambda s, t: True, lambda ts: None,

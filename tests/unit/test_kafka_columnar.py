@@ -136,7 +136,7 @@ def write_both(batches: list[pa.Table], uri_query: str = "", config_toml: str = 
         uri = f"kafka://127.0.0.1:9/t?protocol=canal-json{uri_query}"
         producer = FakeProducer()
         sink = kind(uri, config, clock=lambda: NOW, producer=producer, admin=FakeAdmin(partitions))
-        filters = ChangeFilters(config, uri)
+        filters = ChangeFilters(config)
         try:
             for table in batches:
                 write_batch(table, FakeIndex(), sink, lambda s, t: True, lambda ts: None,

@@ -4,7 +4,7 @@ import pytest
 
 from sparkcdc.config.replica import parse_replica_config
 from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid, ErrSinkUnknownProtocol
-from sparkcdc.sink.factory import splits_key_updates, validate_sink
+from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 
 
@@ -57,9 +57,11 @@ def test_column_selectors_are_accepted_since_the_batch_writer_applies_them():
     parse_kafka_sink_uri("kafka://h:9092/t?protocol=canal-json", replica)
 
 
-def test_factory_validates_kafka_and_splits_key_updates_unless_raw():
+def test_sink_spec_validates_kafka_and_splits_key_updates_unless_raw():
     replica = parse_replica_config("")
-    validate_sink("kafka://h:9092/t?protocol=canal-json", replica)
-    assert splits_key_updates("kafka://h:9092/t?protocol=canal-json", replica)
+    spec = parse_sink_spec("kafka://h:9092/t?protocol=canal-json", replica)
+    assert spec.kind.name == "kafka" and spec.settings.topic == "t" and spec.splits_key_updates
     raw = parse_replica_config("[sink.kafka-config]\noutput-raw-change-event = true\n")
-    assert not splits_key_updates("kafka://h:9092/t?protocol=canal-json", raw)
+    assert not parse_sink_spec("kafka://h:9092/t?protocol=canal-json", raw).splits_key_updates
+    assert not parse_sink_spec("kafka://h:9092/t?protocol=canal-json&output-raw-change-event=true",
+                               replica).splits_key_updates

@@ -9,9 +9,9 @@ from sparkcdc.api.server import serve
 from sparkcdc.cli.main import main
 from sparkcdc.config.replica import parse_replica_config
 from sparkcdc.errors import ErrColumnSelectorFailed, ErrInvalidReplicaConfig
-from sparkcdc.filter.eligibility import classify_tables
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.server.metastore import MetaStore
+from sparkcdc.sink.registry import verify_tables
 from test_api_server import FakeController
 
 ORDERS = TableInfo("shop", "orders", 1, (
@@ -32,23 +32,23 @@ def config(selector_columns: str, dispatchers: str = DISPATCH_BY_CUSTOMER):
 
 def test_selector_dropping_a_dispatch_column_names_the_column_and_the_rule():
     with pytest.raises(ErrColumnSelectorFailed) as raised:
-        classify_tables([ORDERS, OTHER], config('["*", "!customer"]'))
+        verify_tables([ORDERS, OTHER], config('["*", "!customer"]'))
     message = str(raised.value)
     assert "'customer'" in message and "shop.orders" in message
     assert '`sink.dispatchers[1]` (partition = "columns")' in message
 
 
 def test_kept_dispatch_columns_and_other_tables_pass():
-    eligible, _ = classify_tables([ORDERS, OTHER], config('["*", "!note"]'))
+    eligible, _ = verify_tables([ORDERS, OTHER], config('["*", "!note"]'))
     assert [t.table for t in eligible] == ["orders", "t"]
     # The selector applies to shop.* only: other.t keeps every column whatever its dispatcher.
-    classify_tables([OTHER], config('["id"]', '[[sink.dispatchers]]\nmatcher = ["*.*"]\npartition = "columns"\n'
+    verify_tables([OTHER], config('["id"]', '[[sink.dispatchers]]\nmatcher = ["*.*"]\npartition = "columns"\n'
                                                 'columns = ["note"]\n'))
 
 
 def test_dispatch_column_the_table_lacks_is_refused():
     with pytest.raises(ErrInvalidReplicaConfig, match=r"dispatchers\[0\]` dispatches shop.orders by column 'region'"):
-        classify_tables([ORDERS], parse_replica_config(
+        verify_tables([ORDERS], parse_replica_config(
             '[[sink.dispatchers]]\nmatcher = ["shop.*"]\npartition = "columns"\ncolumns = ["region"]\n'))
 
 
@@ -58,13 +58,13 @@ def test_index_value_primary_on_a_selected_out_column():
         ColumnInfo("code", "int", is_unique_key=True, nullable=False),
     ), 1, ("code",))
     with pytest.raises(ErrColumnSelectorFailed, match=r"drops column 'id'.*index = \"PRIMARY\""):
-        classify_tables([table], config('["code"]', '[[sink.dispatchers]]\nmatcher = ["shop.*"]\n'
+        verify_tables([table], config('["code"]', '[[sink.dispatchers]]\nmatcher = ["shop.*"]\n'
                                                     'partition = "index-value"\nindex = "PRIMARY"\n'))
 
 
 class VerifyingController(FakeController):
     def verify_tables(self, config, start_ts):
-        return classify_tables([ORDERS, OTHER], config)
+        return verify_tables([ORDERS, OTHER], config)
 
 
 def test_changefeed_create_fails_with_the_error(tmp_path, capsys):

@@ -136,7 +136,7 @@ def make(tmp_path, fmt, **options):
     config = SinkConfig()
     for key, value in options.items():
         setattr(getattr(config, fmt), key, value)
-    return make_lakehouse_sink(f"{fmt}://{tmp_path}/lake", config, "default/cf")
+    return make_lakehouse_sink(f"{fmt}://{tmp_path}/lake", "default/cf", config)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)

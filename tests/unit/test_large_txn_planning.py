@@ -16,7 +16,7 @@ from sparkcdc.pipeline.planning import (
     plan_next_batch,
     plan_partitions,
 )
-from sparkcdc.sink.factory import splits_large_transactions
+from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, TxnRecord, TxnSize
 
 FILE = "mysql-bin.000001"
@@ -152,6 +152,10 @@ def test_partitions_planned_from_the_pacers_rows_are_those_read_from_the_index(t
         start = end
     assert pacer.sizes_of(BatchOffset(0), BatchOffset(1)) is None  # any other batch reads the index
     assert len(reads) >= 1
+
+
+def splits_large_transactions(sink_uri: str, config: ReplicaConfig) -> bool:
+    return parse_sink_spec(sink_uri, config).splits_large_transactions
 
 
 def test_sinks_that_need_whole_transactions_do_not_get_them_split():

@@ -4,7 +4,7 @@ import pytest
 
 from sparkcdc.config.replica import ReplicaConfig, SinkConfig
 from sparkcdc.errors import ErrSinkURIInvalid
-from sparkcdc.sink.factory import validate_sink
+from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
 
 
@@ -83,9 +83,10 @@ def test_changefeed_config_applies_unless_the_uri_overrides():
     assert not c.safe_mode and c.transaction_atomicity == "none"
 
 
-def test_factory_validates_mysql_uris():
-    validate_sink("mysql://root@127.0.0.1:3306/?worker-count=4", ReplicaConfig())
+def test_sink_spec_validates_mysql_uris():
+    spec = parse_sink_spec("mysql://root@127.0.0.1:3306/?worker-count=4", ReplicaConfig())
+    assert spec.settings.worker_count == 4 and spec.supports_consistency and not spec.splits_key_updates
     with pytest.raises(ErrSinkURIInvalid):
-        validate_sink("tidb://h:4000/?protocol=canal-json", ReplicaConfig())
+        parse_sink_spec("tidb://h:4000/?protocol=canal-json", ReplicaConfig())
     with pytest.raises(ErrSinkURIInvalid, match="no host"):
-        validate_sink("mysql:///", ReplicaConfig())
+        parse_sink_spec("mysql:///", ReplicaConfig())

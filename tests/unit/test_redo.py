@@ -19,7 +19,7 @@ from sparkcdc.redo.applier import apply_steps, split_updates_for_apply
 from sparkcdc.redo.reader import DDLStep, RedoReader, RowStep
 from sparkcdc.redo.storage import RedoStorage
 from sparkcdc.redo.writer import RedoWriter
-from sparkcdc.sink.factory import validate_sink
+from sparkcdc.sink.registry import parse_sink_spec
 
 from test_pipeline_planning import FakeIndex, RecordingSink, batch_table
 
@@ -419,7 +419,7 @@ def test_bad_consistent_config_is_refused_naming_the_key(text, words):
                                      "enable-sync-point = true"])
 def test_redo_and_syncpoints_need_a_mysql_sink(sink_uri, setting):
     with pytest.raises(ErrInvalidReplicaConfig, match="MySQL-compatible sinks"):
-        validate_sink(sink_uri, parse_replica_config(setting))
+        parse_sink_spec(sink_uri, parse_replica_config(setting))
 
 
 def test_nfs_storage_is_a_local_path(tmp_path):

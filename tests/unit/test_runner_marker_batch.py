@@ -63,6 +63,7 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
     from sparkcdc.config.replica import ReplicaConfig, replica_config_to_dict
     from sparkcdc.pipeline import runner as runner_module
     from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
+    from sparkcdc.sink.registry import parse_sink_spec
 
     now = [0.0]
     monkeypatch.setattr(runner_module, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
@@ -74,7 +75,8 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
                           None, replica_config_to_dict(ReplicaConfig()), "0.1")
     writer = runner_module.PipelinedWriter("write-cf")
     stopping = threading.Event()
-    write = runner._batch_writer(info, ReplicaConfig(), writer, sink=None, stopping=stopping)
+    write = runner._batch_writer(info, parse_sink_spec(info.sink_uri, ReplicaConfig()), writer, sink=None,
+                                 stopping=stopping)
     jobs: list = []
     for batch_id, (at, partition) in enumerate([(0, MarkerPartition(0, 1)), (1, MarkerPartition(1, 2)),
                                                 (19, MarkerPartition(2, 3)), (21, MarkerPartition(3, 4)),

@@ -51,7 +51,8 @@ def run_meta(args: argparse.Namespace) -> int:
 
 def run_apply(args: argparse.Namespace) -> int:
     from sparkcdc.config.replica import ReplicaConfig
-    from sparkcdc.config.sink_uri import classify_sink_uri, mask_sink_uri
+    from sparkcdc.config.sink_uri import mask_sink_uri
+    from sparkcdc.sink.registry import classify_sink_uri
     from sparkcdc.errors import ErrSinkURIInvalid
     from sparkcdc.redo.applier import apply_steps
     from sparkcdc.redo.reader import RedoReader

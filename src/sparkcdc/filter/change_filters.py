@@ -3,40 +3,24 @@
 The pipeline hands each table's netted (and, for MQ/storage sinks, key-split) rows here, so a
 split update is filtered as the delete and the insert it became, and a selector's projection is
 the last step before the sink. DDLs pass the same event filters and carry projected schemas.
+Whether the sink takes column selectors at all is checked when its URI is parsed
+(sink.registry.parse_sink_spec).
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
-from urllib.parse import urlsplit
 
-from sparkcdc.errors import ErrInvalidReplicaConfig
 from sparkcdc.filter.column_selector import ColumnSelectors
 from sparkcdc.filter.event_filter import DML_EVENT_TYPES, EventFilter
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 
 _DML_IGNORES = frozenset({"all dml", *DML_EVENT_TYPES})
 
-# Sinks that write selected columns only (TiCDC: MQ and cloud storage sinks).
-COLUMN_SELECTOR_SCHEMES = frozenset({
-    "kafka", "kafka+ssl", "pulsar", "pulsar+ssl", "pulsar+http", "pulsar+https",
-    "file", "s3", "gcs", "gs", "azblob", "azure", "local", "nfs", "blackhole",
-})
-
-
-def check_column_selectors_allowed(sink_uri: str, config) -> None:
-    """Column selectors are for MQ and storage sinks; a database sink needs whole rows."""
-    scheme = urlsplit(sink_uri).scheme.lower()
-    if config.sink.column_selectors and scheme not in COLUMN_SELECTOR_SCHEMES:
-        raise ErrInvalidReplicaConfig(
-            f"`sink.column-selectors` is set but the {scheme}:// sink writes whole rows; column "
-            "selectors apply only to MQ and storage sinks, remove them for this sink")
-
 
 class ChangeFilters:
-    def __init__(self, config, sink_uri: str):
+    def __init__(self, config):
         self.events = EventFilter(config.filter.event_filters, config.case_sensitive)
-        check_column_selectors_allowed(sink_uri, config)
         self.selectors = ColumnSelectors(config.sink.column_selectors, config.case_sensitive)
 
     def rows(self, table: TableInfo, rows: Sequence[RowChange]) -> tuple[TableInfo, list[RowChange]]:

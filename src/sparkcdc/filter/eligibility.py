@@ -1,10 +1,10 @@
 """Which tables a changefeed will replicate (TiCDC's VerifyTables / `verify_table` API).
 
 A table the filter rules select is eligible when it has a valid index (a primary key or a
-not-null unique key), or always with `force-replicate`; without one, rows cannot be keyed
-downstream, so TiCDC skips it. Column selectors are checked against every eligible table here,
-so a selector that would drop a handle-key column, or a column a `[[sink.dispatchers]]` rule
-hashes, fails at creation, not mid-stream.
+not-null unique key), or always with `force-replicate` (TableInfo.is_eligible); without one, rows
+cannot be keyed downstream, so TiCDC skips it. Column selectors are checked against every
+eligible table here, so a selector that would drop a handle-key column fails at creation, not
+mid-stream; sink.registry.verify_tables adds the sink's own checks (`[[sink.dispatchers]]`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,7 @@ def classify_tables(tables: Sequence[TableInfo], config) -> tuple[list[TableInfo
     selected = [t for t in tables if table_filter.match(t.schema, t.table)]
     eligible = [t for t in selected if t.is_eligible(config.force_replicate)]
     ineligible = [t for t in selected if not t.is_eligible(config.force_replicate)]
-    selectors = ColumnSelectors(config.sink.column_selectors, config.case_sensitive)
-    selectors.verify(eligible)
-    if config.sink.dispatchers:
-        from sparkcdc.sink.kafka.dispatcher import EventRouter
-
-        EventRouter("", config.sink.dispatchers, config.case_sensitive).verify_tables(eligible, selectors)
+    ColumnSelectors(config.sink.column_selectors, config.case_sensitive).verify(eligible)
     return eligible, ineligible
 
 

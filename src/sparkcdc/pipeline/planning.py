@@ -10,7 +10,7 @@ it (`TxnRecord.pieces`), and an offset `{"ts": T, "piece": k}` means everything 
 plus the first k pieces of T (`BatchOffset`). Rows of piece k have seq `k << 32 | row`, so
 (commit_ts, seq) order holds across the batches. A changefeed that must apply a transaction
 whole (MySQL transaction-atomicity=table, a redo log, syncpoints) gets it whole
-(`split_transactions=False`, set by `sink.factory.splits_large_transactions`).
+(`split_transactions=False`, from the sink's `SinkSpec.splits_large_transactions`).
 
 Planning only reads the transaction index the capture's puller persists. A batch's partitions
 are its range marker (`MarkerPartition`: the batch's bounds as checkpoint-ts values, for a batch

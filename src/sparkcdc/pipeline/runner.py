@@ -54,7 +54,7 @@ from sparkcdc.pipeline.source import SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
-from sparkcdc.sink.factory import make_sink, splits_key_updates, splits_large_transactions
+from sparkcdc.sink.registry import SinkSpec, parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
 from sparkcdc.upstream.puller import RUNNING, PullerHealth
 from sparkcdc.upstream.txn_index import TxnIndex
@@ -228,13 +228,14 @@ class ChangefeedRunner:
             if key in self._running:
                 return
             config = replica_config_from_dict(info.config)
+            spec = parse_sink_spec(info.sink_uri, config)
             hold_file = self._hold_path(info.namespace, info.id)
             if os.path.exists(hold_file):
                 os.remove(hold_file)  # left by the previous run's stop
             # Anything up to the upstream's current position may already be downstream from a
             # previous run: the sink writes those rows idempotently (TiCDC's replicating ts).
-            sink = make_sink(info.sink_uri, config, replicating_ts=TxnIndex(self._index_path).resolved_ts(),
-                             retry_seconds=SINK_RETRY_SECONDS, changefeed=f"{info.namespace}/{info.id}")
+            sink = spec.open(replicating_ts=TxnIndex(self._index_path).resolved_ts(), retry_seconds=SINK_RETRY_SECONDS,
+                             changefeed=f"{info.namespace}/{info.id}")
             status = self._store.get_status(info.namespace, info.id)
             # Each run's readers get their own server_id range.
             server_id_base = self._next_server_id
@@ -249,7 +250,7 @@ class ChangefeedRunner:
                 filter_rules=tuple(config.filter.rules),
                 case_sensitive=config.case_sensitive,
                 force_replicate=config.force_replicate,
-                split_transactions=splits_large_transactions(info.sink_uri, config),
+                split_transactions=spec.splits_large_transactions,
                 batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
                 spool_dir=self._spool_dir(info),
                 hold_file=hold_file,
@@ -259,7 +260,7 @@ class ChangefeedRunner:
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
             try:
-                extras = self._consistency_writers(info, config)
+                extras = self._consistency_writers(info, spec)
             except BaseException:
                 _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
                 raise
@@ -268,7 +269,7 @@ class ChangefeedRunner:
             self.before_start()
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
                 query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path),
-                                         self._batch_writer(info, config, writer, sink, stopping, *extras),
+                                         self._batch_writer(info, spec, writer, sink, stopping, *extras),
                                          trigger_seconds(self._trigger), name).start()
             else:
                 query = (
@@ -276,7 +277,7 @@ class ChangefeedRunner:
                     .options(**options.to_options())
                     .load()
                     .writeStream.queryName(name)
-                    .foreachBatch(self._batch_writer(info, config, writer, sink, stopping, *extras))
+                    .foreachBatch(self._batch_writer(info, spec, writer, sink, stopping, *extras))
                     .option("checkpointLocation", checkpoint_dir)
                     # The source paces batches itself (BatchPacer): a backlog runs back to back.
                     .trigger(processingTime="0 seconds")
@@ -323,8 +324,9 @@ class ChangefeedRunner:
             return connect_parallelism(self._spark)
         return max(1, self._spark.sparkContext.defaultParallelism)
 
-    def _consistency_writers(self, info: ChangefeedInfo, config: ReplicaConfig) -> tuple:
+    def _consistency_writers(self, info: ChangefeedInfo, spec: SinkSpec) -> tuple:
         """The redo writer and the syncpoint writer of a MySQL-sink changefeed (None when off)."""
+        config = spec.config
         redo = syncpoint = None
         if config.consistent.level == "eventual":
             from sparkcdc.redo.storage import RedoStorage
@@ -336,18 +338,19 @@ class ChangefeedRunner:
             from sparkcdc.sink.mysql.syncpoint import SyncpointWriter
 
             interval = os.environ.get(TEST_ONLY_SYNC_POINT_INTERVAL_ENV) or config.sync_point_interval
-            syncpoint = SyncpointWriter(info.sink_uri, config, self._cluster_id, info.id,
+            syncpoint = SyncpointWriter(spec.settings, config, self._cluster_id, info.id,
                                         parse_go_duration(interval), parse_go_duration(config.sync_point_retention))
         return redo, syncpoint
 
-    def _batch_writer(self, info: ChangefeedInfo, config: ReplicaConfig, writer: PipelinedWriter, sink,
+    def _batch_writer(self, info: ChangefeedInfo, spec: SinkSpec, writer: PipelinedWriter, sink,
                       stopping: threading.Event, redo=None, syncpoint=None):
+        config = spec.config
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
-        split_updates = splits_key_updates(info.sink_uri, config)
+        split_updates = spec.splits_key_updates
         ddl_policy = DDLPolicy(force_replicate=config.force_replicate, skip_unparseable=config.skip_unparseable_ddl)
-        filters = ChangeFilters(config, info.sink_uri)
+        filters = ChangeFilters(config)
 
         def on_checkpoint(ts: int) -> None:
             self._store.advance_checkpoint(namespace, changefeed_id, ts, index.resolved_ts())

@@ -23,7 +23,7 @@ from sparkcdc.errors import ErrAPIInvalidParam, ErrUpstreamUnreachable, SparkCDC
 from sparkcdc.model import tso
 from sparkcdc.server.capture_store import CaptureStoreView
 from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
-from sparkcdc.sink.factory import validate_sink
+from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import FAILED, STARTING, STOPPED, Puller, PullerHealth
 from sparkcdc.upstream.txn_index import TxnIndex
@@ -238,7 +238,7 @@ class Capture:
 
     # -- ChangefeedController ----------------------------------------------------------------
     def validate(self, sink_uri: str, config: ReplicaConfig) -> None:
-        validate_sink(sink_uri, config)
+        parse_sink_spec(sink_uri, config)
         self._ensure_puller()
 
     def resolve_start_ts(self, start_ts) -> int:
@@ -259,12 +259,12 @@ class Capture:
 
     def verify_tables(self, config: ReplicaConfig, start_ts) -> tuple[list, list]:
         """(eligible, ineligible) tables at start_ts (0 = now) for the config's filter."""
-        from sparkcdc.filter.eligibility import classify_tables
+        from sparkcdc.sink.registry import verify_tables
 
         self._ensure_puller()
         index = TxnIndex(self.index_path)
         ts = index.resolve_start(str(start_ts)) if start_ts else index.resolved_ts()
-        return classify_tables(index.tables_at(ts), config)
+        return verify_tables(index.tables_at(ts), config)
 
     def processors(self) -> list[tuple[str, str, str]]:
         """(namespace, changefeed id, capture id) of every changefeed a capture runs."""
@@ -277,12 +277,12 @@ class Capture:
     def processor_table_ids(self, info: ChangefeedInfo) -> list[int]:
         """Ids of the tables the changefeed replicates at its checkpoint (TiCDC's ProcessorDetail)."""
         from sparkcdc.config.replica import replica_config_from_dict
-        from sparkcdc.filter.eligibility import classify_tables
+        from sparkcdc.sink.registry import verify_tables
 
         index = TxnIndex(self.index_path)
         checkpoint = self.store.get_status(info.namespace, info.id).checkpoint_ts
-        eligible, _ = classify_tables(index.tables_at(checkpoint or index.resolved_ts()),
-                                      replica_config_from_dict(info.config))
+        eligible, _ = verify_tables(index.tables_at(checkpoint or index.resolved_ts()),
+                                    replica_config_from_dict(info.config))
         return sorted(table.table_id for table in eligible)
 
     def puller_resolved_ts(self) -> int:

@@ -38,12 +38,15 @@ log = logging.getLogger(__name__)
 
 
 class KafkaSink:
-    def __init__(self, sink_uri: str, config: ReplicaConfig,
+    def __init__(self, sink_uri: str | KafkaSinkConfig, config: ReplicaConfig,
                  clock: Optional[Callable[[], float]] = None, producer=None, admin=None):
+        """`sink_uri`: the parsed URI (sink.registry's SinkSpec.settings), or the URI to parse with
+        the changefeed `config`."""
         from confluent_kafka import Producer
         from confluent_kafka.admin import AdminClient
 
-        self.config: KafkaSinkConfig = parse_kafka_sink_uri(sink_uri, config)
+        self.config: KafkaSinkConfig = (
+            sink_uri if isinstance(sink_uri, KafkaSinkConfig) else parse_kafka_sink_uri(sink_uri, config))
         self._rules = config.sink.dispatchers
         self._router = EventRouter(self.config.topic, self._rules, config.case_sensitive)
         self._encoder = make_message_encoder(self.config.protocol, self.config.sink, clock,

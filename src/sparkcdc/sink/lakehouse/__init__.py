@@ -8,16 +8,23 @@ one schema-change rule; `delta.py` and `iceberg.py` are the formats' table opera
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from sparkcdc.config.replica import SinkConfig
 
+if TYPE_CHECKING:
+    from sparkcdc.sink.lakehouse.config import LakehouseTarget
 
-def make_lakehouse_sink(uri: str, sink: SinkConfig, changefeed: str):
-    """The sink for a `delta...://` or `iceberg...://` URI; `changefeed` (<namespace>/<id>) is
-    what every table commit records."""
-    from sparkcdc.sink.lakehouse.config import parse_lakehouse_uri
+
+def make_lakehouse_sink(target: "LakehouseTarget | str", changefeed: str, sink: SinkConfig | None = None):
+    """The sink for a `delta...://` or `iceberg...://` target (parsed by the sink registry, or a
+    URI to parse with the changefeed's `sink` config); `changefeed` (<namespace>/<id>) is what
+    every table commit records."""
+    from sparkcdc.sink.lakehouse.config import LakehouseTarget, parse_lakehouse_uri
     from sparkcdc.sink.lakehouse.sink import LakehouseSink
 
-    target = parse_lakehouse_uri(uri, sink)
+    if not isinstance(target, LakehouseTarget):
+        target = parse_lakehouse_uri(target, sink or SinkConfig())
     if target.format == "delta":
         from sparkcdc.sink.lakehouse.delta import DeltaTables
 

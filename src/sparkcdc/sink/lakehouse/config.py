@@ -5,7 +5,7 @@
     iceberg:///warehouse?catalog=rest&catalog-uri=http://host:8181   (also glue, hive)
 
 The path is the Delta tables' root (`<root>/<database>/<table>` by default) or the Iceberg
-warehouse. Storage parameters are the storage sink's (sink/storage/location.py); `mode`,
+warehouse. Storage parameters are the storage sink's (config/storage_location.py); `mode`,
 `schema-mode`, `catalog` and `catalog-uri` may be given in the URI, overriding `[sink.delta]` /
 `[sink.iceberg]` (config/replica.py). The Iceberg catalog defaults to pyiceberg's SQL catalog on
 an embedded SQLite file: no server to run.
@@ -21,7 +21,7 @@ from urllib.parse import parse_qsl, urlsplit, urlunsplit
 from sparkcdc.config.replica import DeltaConfig, IcebergConfig, SinkConfig
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.errors import ErrInvalidReplicaConfig, ErrLakehouseCatalog, ErrSinkURIInvalid
-from sparkcdc.sink.storage.location import StorageLocation, location_parameter, parse_storage_location
+from sparkcdc.config.storage_location import StorageLocation, location_parameter, parse_storage_location
 
 FORMATS = ("delta", "iceberg")
 CATALOGS = ("sql", "rest", "glue", "hive")

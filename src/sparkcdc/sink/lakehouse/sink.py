@@ -13,7 +13,7 @@ table. A batch replayed after a crash (the checkpoint in the metadata store move
 `write_checkpoint`) drops the rows at or below each table's watermark and applies a DDL only
 to a table whose watermark is below the DDL's commit-ts, so nothing is applied twice and a
 table's history has one commit per batch commit-ts. Lake sinks get whole transactions
-(`factory.splits_large_transactions`), so every row of a batch is at or below its end.
+(`SinkSpec.splits_large_transactions`), so every row of a batch is at or below its end.
 
 Crash semantics: each table's commit stands alone (tables are committed COMMIT_WORKERS at a
 time); a crash leaves some committed (their watermarks say so) and others not; the replay

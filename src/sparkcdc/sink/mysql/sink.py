@@ -262,7 +262,7 @@ class MySQLSink:
 
     def __init__(
         self,
-        sink_uri: str,
+        sink_uri: str | MySQLSinkConfig,  # parsed (sink.registry's SinkSpec.settings) or to parse with `config`
         config: ReplicaConfig,
         replicating_ts: int = 0,
         retry: RetryPolicy = RetryPolicy(),
@@ -272,7 +272,8 @@ class MySQLSink:
         index_job_poll_interval: float = SERVER_JOB_POLL_SECONDS,
         test_only_flavor: Optional[DownstreamFlavor] = None,
     ):
-        self.config: MySQLSinkConfig = parse_mysql_sink_uri(sink_uri, config)
+        self.config: MySQLSinkConfig = (
+            sink_uri if isinstance(sink_uri, MySQLSinkConfig) else parse_mysql_sink_uri(sink_uri, config))
         self.replicating_ts = replicating_ts
         self.retry = retry
         self.ddl_retry = ddl_retry

@@ -28,7 +28,7 @@ import pymysql
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrMySQLConnectionError, ErrMySQLTxnError
 from sparkcdc.model.tso import compose, physical_ms
-from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
+from sparkcdc.sink.mysql.config import MySQLSinkConfig, parse_mysql_sink_uri
 from sparkcdc.sink.mysql.connection import DownstreamFlavor, close_quietly, connect, detect_flavor, is_retryable
 
 log = logging.getLogger(__name__)
@@ -57,10 +57,10 @@ def crosses_interval(start: int, end: int, interval_seconds: float) -> bool:
 
 
 class SyncpointWriter:
-    def __init__(self, sink_uri: str, config: ReplicaConfig, cluster_id: str, changefeed_id: str,
+    def __init__(self, sink_uri: str | MySQLSinkConfig, config: ReplicaConfig, cluster_id: str, changefeed_id: str,
                  interval_seconds: float, retention_seconds: float,
                  clock: Callable[[], float] = time.monotonic):
-        self._config = parse_mysql_sink_uri(sink_uri, config)
+        self._config = sink_uri if isinstance(sink_uri, MySQLSinkConfig) else parse_mysql_sink_uri(sink_uri, config)
         self._cluster_id, self._changefeed = cluster_id, changefeed_id
         self.interval_seconds, self._retention = interval_seconds, retention_seconds
         self._clock = clock

@@ -17,13 +17,8 @@ from urllib.parse import parse_qsl, urlsplit
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.config.sink_uri import mask_sink_uri
+from sparkcdc.config.storage_location import StorageLocation, location_parameter, parse_bool, parse_storage_location
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
-from sparkcdc.config.storage_location import (
-    parse_bool,
-    StorageLocation,
-    location_parameter,
-    parse_storage_location,
-)
 
 STORAGE_PROTOCOLS = ("canal-json", "csv")
 MIB = 1024 * 1024

@@ -33,7 +33,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import make_encoder
 from sparkcdc.sink.storage.table_definition import TableDefinition
-from sparkcdc.sink.storage.uri import parse_storage_uri
+from sparkcdc.sink.storage.uri import StorageTarget, parse_storage_uri
 
 if TYPE_CHECKING:  # write_arrow's callers hand it Arrow arrays; importing the sink needs no pyarrow
     import pyarrow as pa
@@ -79,8 +79,11 @@ class _FileIndex:
 class StorageSink:
     """Writes row changes, schema files and the checkpoint of one changefeed to storage."""
 
-    def __init__(self, uri: str, sink: SinkConfig, clock: Callable[[], float] = time.time):
-        self.target = parse_storage_uri(uri, sink)
+    def __init__(self, target: StorageTarget | str, sink: Optional[SinkConfig] = None,
+                 clock: Callable[[], float] = time.time):
+        """`target`: the parsed sink URI (sink.registry's SinkSpec.settings), or the URI to parse
+        with the changefeed's `sink` config."""
+        self.target = target if isinstance(target, StorageTarget) else parse_storage_uri(target, sink or SinkConfig())
         self.sink = self.target.sink
         self._clock = clock
         self._fs = self.target.filesystem()
