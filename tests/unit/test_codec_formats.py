@@ -8,7 +8,7 @@ from test_codec_fixtures import ROWS, TABLE, TS1
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrSinkUnknownProtocol
 from sparkcdc.model.events import DDLEvent
-from sparkcdc.sink.codec import make_encoder
+from sparkcdc.sink.codec import make_file_encoder
 from sparkcdc.sink.codec.csv import go_float_text
 from sparkcdc.sink.codec.gojson import quote
 
@@ -22,19 +22,19 @@ def golden(name: str) -> bytes:
 
 def test_canal_json_rows_with_tidb_extension():
     sink = SinkConfig(protocol="canal-json", enable_tidb_extension=True)
-    assert make_encoder("canal-json", sink, CLOCK).encode_rows(TABLE, ROWS) == golden("canal_json_rows.json")
+    assert make_file_encoder("canal-json", sink, CLOCK).encode_rows(TABLE, ROWS) == golden("canal_json_rows.json")
 
 
 def test_canal_json_rows_plain_only_updated_columns():
     sink = SinkConfig(protocol="canal-json", only_output_updated_columns=True)
-    out = make_encoder("canal-json", sink, CLOCK).encode_rows(TABLE, ROWS[2:3]).decode()
+    out = make_file_encoder("canal-json", sink, CLOCK).encode_rows(TABLE, ROWS[2:3]).decode()
     assert '"old":[{"t_varchar":"say \\"hi\\", \\u003cok\\u003e \\u0026 go"}]' in out
     assert "_tidb" not in out and out.endswith("}\r\n")
 
 
 def test_canal_json_ddl_and_watermark():
     sink = SinkConfig(protocol="canal-json", enable_tidb_extension=True)
-    encoder = make_encoder("canal-json", sink, CLOCK)
+    encoder = make_file_encoder("canal-json", sink, CLOCK)
     ddl = DDLEvent(TS1, "db", "t", "ALTER TABLE t ADD COLUMN c INT", "add column")
     assert encoder.encode_ddl(ddl) == (
         b'{"id":0,"database":"db","table":"t","pkNames":null,"isDdl":true,"type":"ALTER",'
@@ -47,14 +47,14 @@ def test_canal_json_ddl_and_watermark():
         b'"es":1700000001000,"ts":1700000005000,"sql":"","sqlType":null,"mysqlType":null,'
         b'"data":null,"old":null,"_tidb":{"watermarkTs":445644800262144001}}\r\n'
     )
-    plain = make_encoder("canal-json", SinkConfig(protocol="canal-json"), CLOCK)
+    plain = make_file_encoder("canal-json", SinkConfig(protocol="canal-json"), CLOCK)
     assert plain.encode_watermark(TS1) is None
 
 
 def test_csv_rows_with_commit_ts():
     sink = SinkConfig(protocol="csv")
     sink.csv.include_commit_ts = True
-    assert make_encoder("csv", sink).encode_rows(TABLE, ROWS) == golden("csv_rows.csv")
+    assert make_file_encoder("csv", sink).encode_rows(TABLE, ROWS) == golden("csv_rows.csv")
 
 
 def test_csv_old_value_hex_header():
@@ -63,7 +63,7 @@ def test_csv_old_value_hex_header():
     sink.csv.binary_encoding_method = "hex"
     sink.csv.output_field_header = True
     sink.csv.null = "NULL"
-    encoder = make_encoder("csv", sink)
+    encoder = make_file_encoder("csv", sink)
     assert encoder.header(TABLE).startswith(
         b"ticdc-meta$operation,ticdc-meta$table,ticdc-meta$schema,ticdc-meta$is-update,id,t_tiny,"
     )
@@ -86,4 +86,4 @@ def test_go_json_escaping():
 
 def test_unknown_protocol():
     with pytest.raises(ErrSinkUnknownProtocol, match="canal-json, csv"):
-        make_encoder("avro", SinkConfig())
+        make_file_encoder("avro", SinkConfig())

@@ -20,7 +20,7 @@ from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.schema.rules import DDLPolicy
-from sparkcdc.sink.kafka.large_message import decompress
+from sparkcdc.sink.codec.large_message import decompress
 from sparkcdc.sink.kafka.sink import KafkaSink
 from sparkcdc.upstream.native_decode import FORCE_PURE_ENCODER_ENV
 

@@ -15,8 +15,8 @@ from sparkcdc.consumer.kafka_consumer import RowEvent, decode_canal_json, decode
 from sparkcdc.errors import ErrMessageTooLarge, ErrSinkUnsupported, ErrSinkURIInvalid
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
-from sparkcdc.sink.kafka.large_message import ClaimCheckStorage
-from sparkcdc.sink.kafka.message import make_message_encoder
+from sparkcdc.sink.codec.large_message import ClaimCheckStorage
+from sparkcdc.sink.codec import make_message_encoder
 
 TABLE = TableInfo("db", "docs", 1, (
     ColumnInfo("id", "int", is_primary_key=True, nullable=False),

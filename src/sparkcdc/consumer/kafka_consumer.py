@@ -34,7 +34,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
 from sparkcdc.sink.kafka.config import KafkaSinkConfig
 from sparkcdc.sink.kafka.dispatcher import is_changefeed_topic, topic_pattern
-from sparkcdc.sink.kafka.large_message import ClaimCheckStorage, decompress
+from sparkcdc.sink.codec.large_message import ClaimCheckStorage, decompress
 
 log = logging.getLogger(__name__)
 

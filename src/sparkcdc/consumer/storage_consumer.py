@@ -53,7 +53,8 @@ from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.schema.parser import quote_identifier
 from sparkcdc.sink.mysql.connection import close_quietly
 from sparkcdc.config.storage_location import parse_storage_location
-from sparkcdc.sink.storage.table_definition import ACTION_TYPES, TableDefinition
+from sparkcdc.schema.ddl_types import ACTION_TYPES
+from sparkcdc.sink.storage.table_definition import TableDefinition
 
 log = logging.getLogger(__name__)
 

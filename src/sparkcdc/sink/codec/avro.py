@@ -28,14 +28,13 @@ from typing import Any, Callable, Optional, Sequence
 from urllib.parse import quote as url_quote
 
 from sparkcdc.config.replica import SinkConfig
-from sparkcdc.errors import ErrSinkUnsupported
+from sparkcdc.errors import ErrAvroSchemaRegistry, ErrSinkUnsupported
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
+from sparkcdc.schema.ddl_types import action_type
 from sparkcdc.sink.codec import gojson
+from sparkcdc.sink.codec.encoder import Message, MessageEncoder
 from sparkcdc.sink.codec.mysqltypes import display_length, is_binary, type_name
-from sparkcdc.errors import ErrAvroSchemaRegistry
-from sparkcdc.sink.kafka.message import Message
-from sparkcdc.sink.storage.table_definition import action_type
 
 MAGIC_BYTE, DDL_BYTE, CHECKPOINT_BYTE = 0, 1, 2
 TIDB_OP, TIDB_COMMIT_TS, TIDB_PHYSICAL_TIME = "_tidb_op", "_tidb_commit_ts", "_tidb_commit_physical_time"
@@ -269,7 +268,7 @@ class ConfluentSchemaRegistry:
         return cached
 
 
-class AvroEncoder:
+class AvroEncoder(MessageEncoder):
     """Row changes to Confluent-framed Avro messages, registering schemas as tables change."""
 
     ddl_broadcast = True

@@ -9,20 +9,16 @@ bytes as ISO-8859-1 text, which the canonical value form already is.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import gojson
-from sparkcdc.sink.kafka.large_message import HANDLE_KEY_ONLY
-from sparkcdc.sink.codec.mysqltypes import (
-    display_length,
-    enum_index,
-    is_binary,
-    set_mask,
-    type_name,
-)
+from sparkcdc.sink.codec.encoder import FileEncoder, Message, MessageEncoder
+from sparkcdc.sink.codec.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, NONE, RECORD_OVERHEAD, LargeMessageHandle
+from sparkcdc.sink.codec.mysqltypes import display_length, is_binary, mounted_value, type_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -145,19 +141,6 @@ def java_type(col: ColumnInfo, value: Value) -> int:
     return java
 
 
-def canal_value(col: ColumnInfo, value: str) -> str:
-    """The canonical text turned into what canal-json writes for this column."""
-    name = type_name(col)
-    try:
-        if name == "enum":
-            return str(enum_index(col, value))
-        if name == "set":
-            return str(set_mask(col, value))
-    except ValueError:
-        raise ValueError(f"column {col.name}: {value!r} is not a member of the {name}") from None
-    return value
-
-
 class _TableLayout:
     """Everything about a table version that is the same for each of its rows, computed once."""
 
@@ -201,12 +184,12 @@ class _TableLayout:
             if value is None:
                 rendered = "null"
             else:
-                rendered = gojson.quote(canal_value(col, value) if convert else value)
+                rendered = gojson.quote(mounted_value(col, value) if convert else value)
             fields.append(name + ":" + rendered)
         return "[{" + ",".join(fields) + "}]"
 
 
-class CanalJSONEncoder:
+class CanalJSONEncoder(FileEncoder):
     """Canal-JSON rows for storage files (TiCDC's JSONTxnEventEncoder) and MQ messages."""
 
     file_extension = "json"
@@ -249,7 +232,7 @@ class CanalJSONEncoder:
     def encode_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
                      before: pa.ListArray, after: pa.ListArray) -> list[tuple[int, bytes]]:
         """`encode_rows` per transaction of one table's rows given as columns (see
-        codec.Encoder.encode_arrow); `ts` is read from the clock once per call."""
+        FileEncoder.encode_arrow); `ts` is read from the clock once per call."""
         from sparkcdc.sink.codec.arrow_input import arrow_buffers, arrow_rows, arrow_transactions
 
         native = self._native_layout(table)
@@ -373,3 +356,79 @@ class CanalJSONEncoder:
         if not self._sink.enable_tidb_extension:
             return None
         return self._message("", "", False, WATERMARK_TYPE, ts, "", {"watermarkTs": ts})
+
+
+class CanalJSONMessageEncoder(MessageEncoder):
+    """Canal-JSON over Kafka: one message per row, key nil, no line terminator, rows over
+    max-message-bytes handled as `[sink.kafka-config.large-message-handle]` says."""
+
+    ddl_broadcast = False
+
+    def __init__(self, sink: SinkConfig, clock: Optional[Callable[[], float]] = None,
+                 large: Optional[LargeMessageHandle] = None):
+        self._encoder = CanalJSONEncoder(sink, clock=clock) if clock else CanalJSONEncoder(sink)
+        # encode_arrow's rows one per line: JSON escapes every newline inside a value.
+        lines = replace(sink, terminator="\n")
+        self._line_encoder = CanalJSONEncoder(lines, clock=clock) if clock else CanalJSONEncoder(lines)
+        self._large = large or LargeMessageHandle(protocol="canal-json")
+
+    def encode_rows(self, table: TableInfo, rows: Sequence[RowChange], topic: str) -> list[Message]:
+        return [Message(None, self._encode_row(table, row)) for row in rows]
+
+    def encode_arrow(self, table: TableInfo, commit_ts: "pa.Int64Array", ops: "pa.StringArray",
+                     before: "pa.ListArray", after: "pa.ListArray") -> list[tuple[int, list[bytes]]]:
+        """The values `encode_rows` gives, per transaction (commit_ts, values in row order) of one
+        table's rows as columns (MessageEncoder.encode_arrow). A transaction with a value over
+        max-message-bytes is encoded the RowChange way, which applies large-message-handle."""
+        large = self._large
+        transactions = []
+        first = 0
+        for ts, text in self._line_encoder.encode_arrow(table, commit_ts, ops, before, after):
+            values = text.split(b"\n")
+            values.pop()  # what follows the last row's terminator
+            if large.compression != NONE:
+                values = [large.compress(value) for value in values]
+            if values and large.too_large(max(map(len, values)) + RECORD_OVERHEAD):
+                values = [self._encode_row(table, row) for row in _transaction_rows(
+                    table, (commit_ts, ops, before, after), first, len(values))]
+            transactions.append((ts, values))
+            first += len(values)
+        if first != len(commit_ts):
+            raise AssertionError(f"canal-json encode_arrow gave {first} messages for {len(commit_ts)} rows "
+                                 f"of {table.schema}.{table.table}")
+        return transactions
+
+    def _encode_row(self, table: TableInfo, row: RowChange) -> bytes:
+        large = self._large
+        value = large.compress(self._encoder.encode_row(table, row).encode())
+        if not large.too_large(len(value) + RECORD_OVERHEAD):
+            return value
+        if large.option == HANDLE_KEY_ONLY:
+            reduced = large.compress(self._encoder.encode_row(table, row, HANDLE_KEY_ONLY).encode())
+            after = "keeping only the handle key"
+        elif large.option == CLAIM_CHECK:
+            assert large.claim_check is not None
+            location = large.claim_check.write(None, value)
+            reduced = large.compress(self._encoder.encode_row(table, row, location).encode())
+            after = "moving the row to claim-check storage"
+        else:
+            raise large.refuse(len(value) + RECORD_OVERHEAD, table.schema, table.table)
+        if large.too_large(len(reduced) + RECORD_OVERHEAD):
+            raise large.refuse(len(reduced) + RECORD_OVERHEAD, table.schema, table.table, after)
+        return reduced
+
+    def encode_ddl(self, ddl: DDLEvent) -> Optional[Message]:
+        value = self._encoder.encode_ddl(ddl)
+        return Message(None, self._large.compress(value)) if value is not None else None
+
+    def encode_checkpoint(self, ts: int) -> Optional[Message]:
+        value = self._encoder.encode_watermark(ts)
+        return Message(None, self._large.compress(value)) if value is not None else None
+
+
+def _transaction_rows(table: TableInfo, columns: tuple, first: int, count: int) -> list[RowChange]:
+    """Rows first .. first + count of encode_arrow's columns (one transaction) as RowChanges."""
+    from sparkcdc.sink.codec.arrow_input import arrow_rows, arrow_transactions
+
+    rows = arrow_rows(table, *(column.slice(first, count) for column in columns))
+    return [row for _, changes in arrow_transactions(table, rows) for row in changes]

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
+from sparkcdc.sink.codec.encoder import FileEncoder
 from sparkcdc.sink.codec.mysqltypes import is_binary, type_name
 
 if TYPE_CHECKING:
@@ -39,7 +40,7 @@ def go_float_text(text: str) -> str:
     return neg + format(number.normalize().copy_abs(), "f")
 
 
-class CSVEncoder:
+class CSVEncoder(FileEncoder):
     """TiCDC's CSV BatchEncoder: one line per row (two for an UPDATE with output-old-value)."""
 
     file_extension = "csv"

@@ -29,7 +29,7 @@ from sparkcdc.config.replica import DebeziumConfig, SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec.mysqltypes import display_length, is_binary, type_name
-from sparkcdc.sink.kafka.message import Message
+from sparkcdc.sink.codec.encoder import Message, MessageEncoder
 
 CONNECTOR_VERSION = "2.4.0.Final"
 DEFAULT_CLUSTER_ID = "default"  # the changefeed namespace
@@ -326,7 +326,7 @@ _TRANSACTION_SCHEMA = (
 )
 
 
-class DebeziumEncoder:
+class DebeziumEncoder(MessageEncoder):
     """Row changes to Debezium messages (key and value), one per row."""
 
     ddl_broadcast = True

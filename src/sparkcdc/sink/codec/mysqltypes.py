@@ -102,3 +102,17 @@ def set_mask(col: ColumnInfo, text: str) -> int:
 
 def set_names(col: ColumnInfo, mask: int) -> str:
     return ",".join(e for i, e in enumerate(col.elements) if mask & (1 << i))
+
+
+def mounted_value(col: ColumnInfo, value: str) -> str:
+    """The canonical text as TiCDC's mounter holds the value: enum and set as their numbers,
+    anything else as it is. What canal-json writes and what partition dispatchers hash."""
+    name = type_name(col)
+    try:
+        if name == "enum":
+            return str(enum_index(col, value))
+        if name == "set":
+            return str(set_mask(col, value))
+    except ValueError:
+        raise ValueError(f"column {col.name}: {value!r} is not a member of the {name}") from None
+    return value

@@ -17,11 +17,11 @@ from typing import Iterator, Optional, Sequence
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
+from sparkcdc.schema.ddl_types import action_type
 from sparkcdc.sink.codec import gojson
+from sparkcdc.sink.codec.encoder import Message, MessageEncoder
+from sparkcdc.sink.codec.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, RECORD_OVERHEAD, LargeMessageHandle
 from sparkcdc.sink.codec.mysqltypes import enum_index, enum_name, is_binary, set_mask, set_names, type_name
-from sparkcdc.sink.kafka.large_message import CLAIM_CHECK, HANDLE_KEY_ONLY, RECORD_OVERHEAD, LargeMessageHandle
-from sparkcdc.sink.kafka.message import Message
-from sparkcdc.sink.storage.table_definition import action_type
 
 BATCH_VERSION = 1
 TYPE_ROW, TYPE_DDL, TYPE_RESOLVED = 1, 2, 3
@@ -159,7 +159,7 @@ _VERSION = struct.pack(">Q", BATCH_VERSION)
 _SINGLE_OVERHEAD = RECORD_OVERHEAD + 16 + 8  # one row alone: version, two length frames, record
 
 
-class OpenProtocolEncoder:
+class OpenProtocolEncoder(MessageEncoder):
     """Batches rows of one partition group into messages of up to `max-batch-size` events and
     max-message-bytes; a row too large alone follows the large-message-handle option."""
 
@@ -269,7 +269,7 @@ def _unframe(data: bytes) -> Iterator[bytes]:
 def decode_message(key: bytes, value: bytes, compression: str = "none") -> list[OpenEvent]:
     """The events of one open-protocol Kafka message, in order (row and DDL values decompressed
     per large-message-handle-compression)."""
-    from sparkcdc.sink.kafka.large_message import decompress
+    from sparkcdc.sink.codec.large_message import decompress
 
     (version,) = struct.unpack_from(">Q", key, 0)
     if version != BATCH_VERSION:

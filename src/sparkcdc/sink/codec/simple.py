@@ -29,7 +29,7 @@ from sparkcdc.sink.codec.mysqltypes import (
     set_names,
     type_name,
 )
-from sparkcdc.sink.kafka.message import Message
+from sparkcdc.sink.codec.encoder import Message, MessageEncoder
 
 VERSION = 1
 BOOTSTRAP_INTERVAL_SECONDS = 120  # send-bootstrap-interval-in-sec
@@ -121,7 +121,7 @@ def canonical_value(col: ColumnInfo, value) -> Value:
     return value
 
 
-class SimpleEncoder:
+class SimpleEncoder(MessageEncoder):
     """Rows, DDLs, watermarks and bootstrap messages in Simple JSON; one message per event."""
 
     ddl_broadcast = True

@@ -16,11 +16,12 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from sparkcdc.config.replica import ReplicaConfig, SinkConfig, TOPIC_EXPRESSION, parse_go_duration
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.errors import ErrSinkUnsupported, ErrSinkURIInvalid, ErrSinkUnknownProtocol
+from sparkcdc.sink.codec import MESSAGE_PROTOCOLS
 
 log = logging.getLogger(__name__)
 
 KAFKA_SCHEMES = ("kafka", "kafka+ssl")
-MQ_PROTOCOLS = ("canal-json", "open-protocol", "debezium", "avro", "simple")
+MQ_PROTOCOLS = MESSAGE_PROTOCOLS
 # TiCDC's other Kafka protocols: recognised, refused with a clear error until they are built.
 MQ_PROTOCOLS_NOT_YET: tuple[str, ...] = ()
 DEFAULT_PARTITION_NUM = 3  # when the sink creates the topic

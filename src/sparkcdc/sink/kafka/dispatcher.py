@@ -17,7 +17,7 @@ from sparkcdc.config.replica import DispatchRule
 from sparkcdc.errors import ErrColumnSelectorFailed, ErrInvalidReplicaConfig
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo, Value
-from sparkcdc.sink.codec.canal_json import canal_value
+from sparkcdc.sink.codec.mysqltypes import mounted_value
 
 _KAFKA_FORBIDDEN = re.compile(r"[^a-zA-Z0-9._\-]")
 _TOPIC_MAX = 249
@@ -35,7 +35,7 @@ class PositionInertia:
 
 def column_value_string(column: ColumnInfo, value: Value) -> str:
     """model.ColumnValueString of the mounter's value: enum/set as numbers, NULL as "null"."""
-    return "null" if value is None else canal_value(column, value)
+    return "null" if value is None else mounted_value(column, value)
 
 
 def substitute_topic(expression: str, schema: str, table: str) -> str:

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic, ErrMessageTooLarge
+from sparkcdc.sink.codec import encodes_arrow, make_message_encoder
+from sparkcdc.sink.codec.encoder import Message
 from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
 from sparkcdc.sink.kafka.dispatcher import EventRouter, is_changefeed_topic, topic_pattern
-from sparkcdc.sink.kafka.message import Message, make_message_encoder
 
 if TYPE_CHECKING:  # pyarrow loads with the first write_arrow
     import pyarrow as pa
@@ -172,8 +173,7 @@ class KafkaSink:
             return
         topic = self._router.topic(table.schema, table.table)
         partitions = self._partition_count(topic)
-        bootstrap = getattr(self._encoder, "bootstrap", None)  # Simple: the schema, to every partition
-        message = bootstrap(table, topic) if bootstrap is not None else None
+        message = self._encoder.bootstrap(table, topic)  # Simple: the schema, to every partition
         if message is not None:
             for partition in range(partitions):
                 self._produce(topic, partition, message)
@@ -187,7 +187,7 @@ class KafkaSink:
     @property
     def accepts_arrow(self) -> bool:
         """Whether write_arrow can take rows: the protocol's encoder encodes Arrow columns (canal-json)."""
-        return hasattr(self._encoder, "encode_arrow")
+        return encodes_arrow(self.config.protocol)
 
     def write_arrow(self, table: TableInfo, commit_ts: "pa.Int64Array", ops: "pa.StringArray",
                     before: "pa.ListArray", after: "pa.ListArray") -> None:

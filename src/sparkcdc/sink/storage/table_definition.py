@@ -13,38 +13,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
+from sparkcdc.schema.ddl_types import action_type
 from sparkcdc.sink.codec import gojson
 from sparkcdc.sink.codec.mysqltypes import display_length, type_name
 
 DEFINITION_VERSION = 1
-
-# TiDB's ActionType numbers (pkg/meta/model/job.go), by action name. Both TiDB's names and
-# the event-filter spellings ("create database", "create index") are accepted.
-ACTION_TYPES = {
-    "create schema": 1, "create database": 1, "drop schema": 2, "drop database": 2,
-    "create table": 3, "drop table": 4, "add column": 5, "drop column": 6, "add index": 7,
-    "create index": 7, "drop index": 8, "add foreign key": 9, "drop foreign key": 10,
-    "truncate table": 11, "modify column": 12, "rebase auto id": 13,
-    "rebase auto_increment id": 13, "rename table": 14, "set default value": 15,
-    "shard row id": 16, "modify table comment": 17, "rename index": 18, "add partition": 19,
-    "add table partition": 19, "drop partition": 20, "drop table partition": 20,
-    "create view": 21, "modify table charset and collate": 22, "truncate partition": 23,
-    "truncate table partition": 23, "drop view": 24, "recover table": 25,
-    "modify schema charset and collate": 26, "alter database": 26, "lock table": 27,
-    "unlock table": 28, "repair table": 29, "add primary key": 32, "drop primary key": 33,
-    "create sequence": 34, "alter sequence": 35, "drop sequence": 36, "add columns": 37,
-    "drop columns": 38, "alter index visibility": 41, "exchange partition": 42,
-    "exchange table partition": 42, "add check constraint": 43, "drop check constraint": 44,
-    "alter check constraint": 45, "rename tables": 47, "create tables": 60,
-    "multi-schema change": 61, "multi schema change": 61, "recover schema": 63,
-    "reorganize partition": 64, "reorganize table partition": 64,
-    "alter table partitioning": 71, "remove partitioning": 72, "remove table partitioning": 72,
-}
-
-
-def action_type(ddl_type: str) -> int:
-    return ACTION_TYPES.get(ddl_type.lower(), 0)
-
 
 def column_definition(col: ColumnInfo, output_column_id: bool = False, column_id: int = 0) -> dict:
     """One TableCol in TiCDC's field order; empty fields are omitted like Go's omitempty."""

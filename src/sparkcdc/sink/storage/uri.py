@@ -19,8 +19,9 @@ from sparkcdc.config.replica import SinkConfig
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.config.storage_location import StorageLocation, location_parameter, parse_bool, parse_storage_location
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
+from sparkcdc.sink.codec import FILE_PROTOCOLS
 
-STORAGE_PROTOCOLS = ("canal-json", "csv")
+STORAGE_PROTOCOLS = FILE_PROTOCOLS
 MIB = 1024 * 1024
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")

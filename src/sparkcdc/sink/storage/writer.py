@@ -31,7 +31,7 @@ from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
-from sparkcdc.sink.codec import make_encoder
+from sparkcdc.sink.codec import encodes_arrow, make_file_encoder
 from sparkcdc.sink.storage.table_definition import TableDefinition
 from sparkcdc.sink.storage.uri import StorageTarget, parse_storage_uri
 
@@ -88,7 +88,7 @@ class StorageSink:
         self._clock = clock
         self._fs = self.target.filesystem()
         self._root = self.target.root
-        self._encoder = make_encoder(self.sink.protocol, self.sink, clock)
+        self._encoder = make_file_encoder(self.sink.protocol, self.sink, clock)
         self._extension = self._encoder.file_extension
         self._buffers: dict[tuple[str, str, int], _Buffer] = {}
         self._dir_versions: dict[tuple[str, str, int], int] = {}
@@ -233,9 +233,7 @@ class StorageSink:
         directory = self._data_dir(table, version, date)
         index = self._next_index(key, directory, date)
         name = data_file_name(index, self._extension, self.sink.file_index_digit)
-        header = getattr(self._encoder, "header", None)
-        prefix = header(table) if header else b""
-        self._write_atomic(f"{directory}/{name}", prefix + b"".join(buffer.chunks))
+        self._write_atomic(f"{directory}/{name}", self._encoder.header(table) + b"".join(buffer.chunks))
         self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode())
 
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
@@ -251,7 +249,7 @@ class StorageSink:
     @property
     def accepts_arrow(self) -> bool:
         """Whether write_arrow can take rows: the protocol's encoder encodes Arrow columns."""
-        return hasattr(self._encoder, "encode_arrow")
+        return encodes_arrow(self.sink.protocol)
 
     def write_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
                     before: pa.ListArray, after: pa.ListArray) -> None:
