@@ -151,7 +151,7 @@ def main() -> int:
     from sparkcdc.api.server import _now_iso
     from sparkcdc.config.replica import ReplicaConfig, replica_config_to_dict
     from sparkcdc.server.capture import Capture, CaptureOptions
-    from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+    from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 
     base = tempfile.mkdtemp(prefix="sparkcdc-batchcost-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()

@@ -14,7 +14,7 @@ import pytest
 
 from sparkcdc.api.server import serve
 from sparkcdc.server.capture import Capture, CaptureOptions
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.server.security import SecurityConfig, client_ssl_context
 from sparkcdc.testing.etcd import EtcdServer, etcd_binary
 from sparkcdc.testing.server_process import free_port

@@ -16,7 +16,7 @@ from sparkcdc.server.cluster import ClusterMember, capture_info_document
 from sparkcdc.server.election.owner import OwnerElection
 from sparkcdc.server.etcd_client import EtcdClient, key_exists_at
 from sparkcdc.server.etcd_store import ClusterKeys, EtcdMetaStore
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.server.session import Session
 from sparkcdc.testing.etcd import EtcdServer, etcd_binary
 from sparkcdc.upstream.txn_index import TxnIndex, TxnRecord

@@ -3,7 +3,8 @@ import threading
 import pytest
 
 from sparkcdc.errors import ErrChangefeedAlreadyExists, ErrChangefeedNotExists
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.server.metastore import MetaStore
 
 
 def make_info(changefeed_id="cf-1", namespace="default", state="normal"):

@@ -62,7 +62,8 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
 
     from sparkcdc.config.replica import ReplicaConfig, replica_config_to_dict
     from sparkcdc.pipeline import runner as runner_module
-    from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
+    from sparkcdc.model.changefeed import ChangefeedInfo
+    from sparkcdc.server.metastore import MetaStore
     from sparkcdc.sink.registry import parse_sink_spec
 
     now = [0.0]

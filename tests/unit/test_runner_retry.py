@@ -11,9 +11,10 @@ import pytest
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrEtcdUnavailable, ErrUpstreamUnreachable
 from sparkcdc.pipeline import runner as runner_module
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.pipeline.failure import user_message
 from sparkcdc.pipeline.runner import TEST_ONLY_STUCK_DURATION_ENV, ChangefeedRunner
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
+from sparkcdc.server.metastore import MetaStore
 from sparkcdc.upstream.puller import FAILED, RECONNECTING, RUNNING, PullerHealth
 
 KEY = ("default", "cf")

@@ -7,7 +7,7 @@ from sparkcdc.errors import ErrStartTsInvalid
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.server.capture import Capture, CaptureOptions
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
 
 

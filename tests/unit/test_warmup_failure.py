@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from sparkcdc.server.warmup import start_warm_up
+from sparkcdc.pipeline.warmup import start_warm_up
 
 
 class _BrokenDataSources:
@@ -19,7 +19,7 @@ class _BrokenSpark:
 
 
 def test_a_failing_warm_up_only_warns(caplog):
-    with caplog.at_level(logging.INFO, logger="sparkcdc.server.warmup"):
+    with caplog.at_level(logging.INFO, logger="sparkcdc.pipeline.warmup"):
         warm_up = start_warm_up(_BrokenSpark(), attempts=2)
         warm_up.thread.join(10)
     assert not warm_up.thread.is_alive()
@@ -32,7 +32,7 @@ def test_a_failing_warm_up_only_warns(caplog):
 
 
 def test_a_changefeed_starting_during_the_delay_skips_the_warm_up(caplog):
-    with caplog.at_level(logging.DEBUG, logger="sparkcdc.server.warmup"):
+    with caplog.at_level(logging.DEBUG, logger="sparkcdc.pipeline.warmup"):
         warm_up = start_warm_up(_BrokenSpark(), delay=30)
         warm_up.cancel()  # what the runner's before_start does
         warm_up.thread.join(5)
@@ -43,7 +43,7 @@ def test_a_changefeed_starting_during_the_delay_skips_the_warm_up(caplog):
 def test_the_warm_up_batch_has_a_read_task_per_core():
     # Each task starts (and the reuse keeps) one of the executor's Python workers: a changefeed's
     # batch runs one read task per core, so none of them should import the source's modules then.
-    from sparkcdc.server.warmup import _WarmupStreamReader
+    from sparkcdc.pipeline.warmup import _WarmupStreamReader
 
     reader = _WarmupStreamReader(tasks=2)
     start, end = reader.initialOffset(), reader.latestOffset()

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sparkcdc import __version__
+
 _INT = {"type": "integer", "minimum": 0}
 _TS = {"type": "integer", "minimum": 0, "maximum": (1 << 63) - 1}
 # Where a changefeed starts: a TSO, or where the transaction index finds a GTID or binlog position.
@@ -220,13 +222,11 @@ PATHS: dict[str, dict] = {
 
 
 def openapi_document() -> dict:
-    from sparkcdc.api.server import sparkcdc_version
-
     return {
         "openapi": "3.0.3",
         "info": {
             "title": "sparkcdc Open API v2",
-            "version": sparkcdc_version(),
+            "version": __version__,
             "description": "TiCDC's Open API v2 (routes and JSON shapes of tiflow cdc/api/v2) for a "
                            "MariaDB/MySQL upstream. Errors are {error_msg, error_code}; a method a path "
                            "does not list answers 405 with Allow, a malformed request 400, 414, 431 or 505. With "

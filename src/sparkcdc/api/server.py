@@ -29,7 +29,8 @@ from sparkcdc.config.secrets import mask_document, mask_stored_value, mask_text
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
-from sparkcdc.server.metastore import CHANGEFEED_STATES, ChangefeedInfo, ChangefeedStatus, MetaStore
+from sparkcdc.model.changefeed import CHANGEFEED_STATES, ChangefeedInfo, ChangefeedStatus
+from sparkcdc.server.metastore import MetaStore
 from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier, client_ssl_context
 
 log = logging.getLogger(__name__)

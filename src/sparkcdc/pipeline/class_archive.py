@@ -4,7 +4,7 @@ A capture's JVM loads, verifies and links ~15k Spark classes before its first ch
 JDK 17's dynamic AppCDS keeps them in a file instead: a JVM run with -XX:ArchiveClassesAtExit
 writes the classes it loaded when it exits, and a later JVM given -XX:SharedArchiveFile maps
 them (docs/benchmarks.md has the gain). `python -m sparkcdc.pipeline.class_archive` makes one by
-running the capture's warm-up query (server/warmup.py); scripts/setup.sh runs it and the capture
+running the capture's warm-up query (pipeline/warmup.py); scripts/setup.sh runs it and the capture
 uses the archive when it exists.
 
 An archive is only ever an optimisation. Its name carries the JDK and the Spark it was made for,
@@ -84,7 +84,7 @@ def _dump(partial: str) -> None:
     from pyspark import SparkContext
 
     from sparkcdc.pipeline.spark_session import make_spark_session
-    from sparkcdc.server.warmup import warm_up
+    from sparkcdc.pipeline.warmup import warm_up
 
     spark = make_spark_session(spark_conf={"spark.driver.extraJavaOptions":
                                            f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=error"})

@@ -44,16 +44,16 @@ import pyarrow as pa
 from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_config_from_dict
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
+from sparkcdc.model.change_batch import marker_batch
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus, ChangefeedStore
 from sparkcdc.pipeline.batch_sink import write_batch
-from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions
+from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.source import SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus, MetaStore
 from sparkcdc.sink.registry import SinkSpec, parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
 from sparkcdc.upstream.puller import RUNNING, PullerHealth
@@ -162,7 +162,7 @@ class ChangefeedRunner:
     def __init__(
         self,
         spark,
-        store: MetaStore,
+        store: ChangefeedStore,
         index_path: str,
         upstream_uri: str,
         work_dir: str,

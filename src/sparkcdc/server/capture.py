@@ -22,14 +22,15 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrAPIInvalidParam, ErrUpstreamUnreachable, SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.server.capture_store import CaptureStoreView
-from sparkcdc.server.metastore import ChangefeedInfo, MetaStore
+from sparkcdc.model.changefeed import ChangefeedInfo
+from sparkcdc.server.metastore import MetaStore
 from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import FAILED, STARTING, STOPPED, Puller, PullerHealth
 from sparkcdc.upstream.txn_index import TxnIndex
 
 if TYPE_CHECKING:
-    from sparkcdc.server.warmup import WarmUp
+    from sparkcdc.pipeline.warmup import WarmUp
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +160,7 @@ class Capture:
     def _warm_up_spark(self, delay: float = 0.0) -> WarmUp:
         """Warm Spark now, in the background, so that the first changefeed here (a takeover in a
         cluster, the next create on a single node) does not also pay for Spark's first query."""
-        from sparkcdc.server.warmup import start_warm_up
+        from sparkcdc.pipeline.warmup import start_warm_up
 
         return start_warm_up(self._spark, delay=delay)
 
@@ -328,11 +329,11 @@ class Capture:
                 "is_owner": is_owner}
 
     def _cluster_capture_info(self) -> dict:
-        from sparkcdc.api.server import sparkcdc_version
+        from sparkcdc import __version__
         from sparkcdc.server.cluster import capture_info_document
 
         start = TxnIndex(self.index_path).start_position()
-        return capture_info_document(self.id, self.options.addr, str(start) if start else "", sparkcdc_version())
+        return capture_info_document(self.id, self.options.addr, str(start) if start else "", __version__)
 
     # -- cluster (Open API: captures, drain, owner resign) -------------------------------------
     def list_captures(self) -> list[dict]:

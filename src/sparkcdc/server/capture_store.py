@@ -16,7 +16,7 @@ from typing import Callable, Optional
 
 from sparkcdc.errors import ErrStartTsInvalid
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.upstream.txn_index import TxnIndex
 
 FenceFor = Callable[[str, str], list]

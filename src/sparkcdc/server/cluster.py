@@ -24,7 +24,7 @@ from sparkcdc.errors import ErrCaptureFenced, ErrChangefeedNotExists, SparkCDCEr
 from sparkcdc.server.election.owner import OwnerElection
 from sparkcdc.server.etcd_client import EtcdClient, delete_op, key_exists_at, key_missing, key_unchanged, put_op
 from sparkcdc.server.etcd_store import ClusterKeys, EtcdMetaStore
-from sparkcdc.server.metastore import ChangefeedInfo
+from sparkcdc.model.changefeed import ChangefeedInfo
 from sparkcdc.server.scheduler import (
     REPLICATING,
     RUNNABLE_STATES,

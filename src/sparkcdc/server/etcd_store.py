@@ -31,7 +31,7 @@ from sparkcdc.server.etcd_client import (
     key_unchanged,
     put_op,
 )
-from sparkcdc.server.metastore import ChangefeedInfo, ChangefeedStatus
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 
 META_VERSION = 1
 

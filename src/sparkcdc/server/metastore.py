@@ -14,42 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 from sparkcdc.errors import ErrChangefeedAlreadyExists, ErrChangefeedNotExists
-
-CHANGEFEED_STATES = ("normal", "stopped", "failed", "finished", "warning", "removed")
+from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-
-
-@dataclass
-class ChangefeedInfo:
-    """What a user asked for (TiCDC's model.ChangeFeedInfo)."""
-
-    namespace: str
-    id: str
-    upstream_id: int
-    sink_uri: str
-    create_time: str
-    start_ts: int
-    target_ts: int
-    state: str
-    error: dict | None
-    config: dict
-    creator_version: str
-
-
-@dataclass
-class ChangefeedStatus:
-    """How far a changefeed has got (TiCDC's model.ChangeFeedStatus)."""
-
-    checkpoint_ts: int
-    resolved_ts: int
-    # TiCDC's barrier: `resume --overwrite-checkpoint-ts` sets it to the new checkpoint, and a
-    # start with checkpoint_ts == min_table_barrier_ts runs the DDL at checkpoint_ts again
-    # (cdc/owner/changefeed.go starts the DDL puller at checkpoint-1 then; pipeline/runner.py).
-    min_table_barrier_ts: int = 0
-    # The binlog position after every transaction <= checkpoint_ts ("" when unknown). commit-ts
-    # values are local to a capture's transaction index; the position means the same on all.
-    checkpoint_position: str = ""
 
 
 @dataclass
