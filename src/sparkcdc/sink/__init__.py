@@ -1,1 +1,1 @@
-"""Sinks: wire codecs (`sink.codec`) and the storage sink (`sink.storage`)."""
+"""Sinks, chosen by URI scheme in `sink.registry`: storage, MySQL and Kafka, over the wire codecs of `sink.codec`."""
