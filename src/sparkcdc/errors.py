@@ -99,6 +99,7 @@ ErrKafkaSendMessage = _define("ErrKafkaSendMessage", 500, retryable=True)
 ErrKafkaTopic = _define("ErrKafkaTopic", 400)
 ErrMessageTooLarge = _define("ErrMessageTooLarge", 400)
 ErrAvroSchemaRegistry = _define("ErrAvroSchemaRegistry", 500)
+ErrInvalidFailpoint = _define("ErrInvalidFailpoint")  # SPARKCDC_FAILPOINTS (tests only, docs/failpoints.md)
 # Spark Connect mode (`sparkcdc server --spark-remote`).
 ErrSparkRemoteInvalid = _define("ErrSparkRemoteInvalid")
 ErrSparkRemoteUnreachable = _define("ErrSparkRemoteUnreachable", 503, retryable=True)

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from sparkcdc.consumer.storage_reader import checkpoint_ts
-from sparkcdc.pipeline.batch_sink import TEST_ONLY_KILL_AFTER_DDL_ENV
+from sparkcdc import failpoint
+from sparkcdc.pipeline.batch_sink import KILL_AFTER_DDL
 from sparkcdc.testing.compare import read_upstream_table, wait_for_row, wait_tables_equal
 from sparkcdc.testing.server_process import ServerProcess, run_sparkcdc
 from sparkcdc.testing.workload import Workload
@@ -21,7 +22,7 @@ TABLES = ["clients", "orders", "items", "late", "t", "finish_mark"]
 
 
 def test_crash_at_a_ddl_then_ddl_while_the_server_is_down(mariadb, mariadb_factory, tmp_path, monkeypatch):
-    """The server dies (SIGKILL of its process group, by a TEST-ONLY hook) right after running
+    """The server dies (SIGKILL of its process group, by the kill-after-ddl failpoint) right after running
     `ADD COLUMN after_crash` downstream, before its checkpoint passes it; while it is down the
     upstream adds and drops columns, renames the ENUM table customers to clients and creates a
     table. After the restart the DDL is replayed once (TiCDC's "once and only once") and MySQL
@@ -31,7 +32,7 @@ def test_crash_at_a_ddl_then_ddl_while_the_server_is_down(mariadb, mariadb_facto
     config = tmp_path / "cf.toml"
     config.write_text(f'[filter]\nrules = ["{database}.*"]\n')
     files = f"file://{tmp_path / 'out'}?protocol=canal-json&enable-tidb-extension=true"
-    monkeypatch.setenv(TEST_ONLY_KILL_AFTER_DDL_ENV, "ADD COLUMN after_crash")
+    monkeypatch.setenv(failpoint.ENV, f"{KILL_AFTER_DDL}=return(ADD COLUMN after_crash)")
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
     up = mariadb.connect()
     try:
@@ -46,8 +47,8 @@ def test_crash_at_a_ddl_then_ddl_while_the_server_is_down(mariadb, mariadb_facto
             cur.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)")
             cur.execute("INSERT INTO t VALUES (1, 1), (2, 2), (3, 3)")
             cur.execute("ALTER TABLE t ADD COLUMN after_crash INT DEFAULT 5")
-        server.process.wait(timeout=180)  # the TEST-ONLY hook killed it right after the DDL
-        monkeypatch.delenv(TEST_ONLY_KILL_AFTER_DDL_ENV)
+        server.process.wait(timeout=180)  # the failpoint killed it right after the DDL
+        monkeypatch.delenv(failpoint.ENV)
         with up.cursor() as cur:
             cur.execute("INSERT INTO t VALUES (4, 4, 44)")
             cur.execute("UPDATE t SET after_crash = 55 WHERE id = 1")
@@ -64,7 +65,7 @@ def test_crash_at_a_ddl_then_ddl_while_the_server_is_down(mariadb, mariadb_facto
         down = downstream.connect()
         wait_for_row(down, database, "finish_mark")
         with open(os.path.join(server.data_dir, "server.log"), encoding="utf-8", errors="replace") as log:
-            assert "TEST-ONLY: killing the server after the DDL" in log.read(), "the crash did not happen"
+            assert f"FAILPOINT {KILL_AFTER_DDL}: killing the server after the DDL" in log.read(), "the crash did not happen"
         for table in TABLES:
             assert read_upstream_table(up, database, table), f"{table} is empty upstream"
         deadline = time.monotonic() + 120

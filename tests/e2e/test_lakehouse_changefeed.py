@@ -21,7 +21,8 @@ import pytest
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.sink.lakehouse.config import parse_lakehouse_uri
 from sparkcdc.sink.lakehouse.iceberg import IcebergTables
-from sparkcdc.sink.lakehouse.sink import TEST_ONLY_KILL_AFTER_COMMIT_ENV
+from sparkcdc import failpoint
+from sparkcdc.sink.lakehouse.sink import KILL_AFTER_LAKE_COMMIT
 from sparkcdc.testing.alltypes import create_alltypes
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
 from sparkcdc.testing.emulators import EmulatorNotInstalled, start_emulator
@@ -249,9 +250,9 @@ def test_sigkill_after_the_table_commits_applies_nothing_twice(mariadb, tmp_path
              Feed("ki", f"iceberg://{tmp_path}/iceberg", '[sink.iceberg]\nmode = "changelog"\nold-value = true\n')]
     # The server kills itself in the third batch that commits rows, between the table commits
     # and the checkpoint; the restart replays that batch.
-    monkeypatch.setenv(TEST_ONLY_KILL_AFTER_COMMIT_ENV, "3")
+    monkeypatch.setenv(failpoint.ENV, f"{KILL_AFTER_LAKE_COMMIT}=return(3)")
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
-    monkeypatch.delenv(TEST_ONLY_KILL_AFTER_COMMIT_ENV)
+    monkeypatch.delenv(failpoint.ENV)
     try:
         create_changefeeds(server, database, tmp_path, feeds)
         conn = mariadb.connect()
@@ -263,7 +264,7 @@ def test_sigkill_after_the_table_commits_applies_nothing_twice(mariadb, tmp_path
             time.sleep(0.5)
         assert server.process.wait(timeout=10) == -9, "the server did not kill itself after a commit"
         with open(os.path.join(server.data_dir, "server.log"), encoding="utf-8", errors="replace") as log:
-            assert "TEST-ONLY: killing the server after lakehouse batch 3" in log.read()
+            assert f"FAILPOINT {KILL_AFTER_LAKE_COMMIT}: killing the server after lakehouse batch 3" in log.read()
         server.start()
         workload.run(40)
         workload.finish()

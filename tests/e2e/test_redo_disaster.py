@@ -1,5 +1,5 @@
 """Issue 9's disaster test: multi-table transactions replicate into MariaDB with a redo log; the
-server is SIGKILLed while the downstream is mid-batch (a TEST-ONLY hook kills it right after the
+server is SIGKILLed while the downstream is mid-batch (the kill-after-first-table failpoint kills it right after the
 first table of a multi-table batch is applied); `sparkcdc redo apply` then brings the downstream
 to exactly the upstream's state as of the redo resolved-ts (the upstream stops writing before
 the fatal batch, so that state is the upstream's current one): `sparkcdc diff` and a row-by-row
@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from sparkcdc.pipeline.batch_sink import TEST_ONLY_KILL_MID_BATCH_ENV
+from sparkcdc import failpoint
+from sparkcdc.pipeline.batch_sink import KILL_AFTER_FIRST_TABLE
 from sparkcdc.testing.compare import diff_tables, read_upstream_table
 from sparkcdc.testing.server_process import ServerProcess
 
@@ -62,7 +63,7 @@ def test_redo_apply_restores_the_downstream_after_a_mid_batch_crash(mariadb, mar
     config = tmp_path / "cf.toml"
     config.write_text(f'[filter]\nrules = ["{DATABASE}.*"]\n'
                       f'[consistent]\nlevel = "eventual"\nstorage = "{redo_uri}"\ncompression = "lz4"\n')
-    monkeypatch.setenv(TEST_ONLY_KILL_MID_BATCH_ENV, "kill_trigger")
+    monkeypatch.setenv(failpoint.ENV, f"{KILL_AFTER_FIRST_TABLE}=return(kill_trigger)")
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
     try:
         server.cli("changefeed", "create", "-c", "with-redo", "--config", str(config),
@@ -101,9 +102,10 @@ def test_redo_apply_restores_the_downstream_after_a_mid_batch_crash(mariadb, mar
                             [(200_000 + i,) for i in range(300)])
             cur.execute(f"INSERT INTO {DATABASE}.kill_trigger VALUES (1)")
             cur.execute("COMMIT")
-        server.process.wait(timeout=120)  # the TEST-ONLY hook SIGKILLs the server's process group
+        server.process.wait(timeout=120)  # the failpoint SIGKILLs the server's process group
         log = (tmp_path / "cdc" / "server.log").read_text()
-        assert "TEST-ONLY: killing the server" in log
+        assert f"FAILPOINT {KILL_AFTER_FIRST_TABLE}: killing the server" in log
+        assert f"FAILPOINT ARMED: {KILL_AFTER_FIRST_TABLE}=return(kill_trigger)" in log
 
         expected = snapshot(up)
         before = snapshot(down)

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.pipeline.runner import TEST_ONLY_SYNC_POINT_INTERVAL_ENV
+from sparkcdc import failpoint
+from sparkcdc.pipeline.runner import SYNC_POINT_INTERVAL_FAILPOINT
 from sparkcdc.testing.compare import read_upstream_table
 from sparkcdc.testing.server_process import ServerProcess
 
@@ -65,7 +66,7 @@ def test_downstream_equals_upstream_at_every_syncpoint(mariadb, mariadb_factory,
     execute(down, SETUP)  # the downstream starts with the upstream's data, as at a changefeed's start-ts
     config = tmp_path / "cf.toml"
     config.write_text(f'enable-sync-point = true\n[filter]\nrules = ["{DATABASE}.*"]\n')
-    monkeypatch.setenv(TEST_ONLY_SYNC_POINT_INTERVAL_ENV, "2s")
+    monkeypatch.setenv(failpoint.ENV, f"{SYNC_POINT_INTERVAL_FAILPOINT}=return(2s)")
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
     try:
         server.cli("changefeed", "create", "-c", "with-syncpoints", "--config", str(config),

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
+from sparkcdc import failpoint
 from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrEtcdUnavailable, ErrUpstreamUnreachable
 from sparkcdc.pipeline import runner as runner_module
 from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.pipeline.failure import user_message
-from sparkcdc.pipeline.runner import TEST_ONLY_STUCK_DURATION_ENV, ChangefeedRunner
+from sparkcdc.pipeline.runner import STUCK_DURATION_FAILPOINT, ChangefeedRunner
 from sparkcdc.server.metastore import MetaStore
 from sparkcdc.upstream.puller import FAILED, RECONNECTING, RUNNING, PullerHealth
 
@@ -32,7 +33,6 @@ class Clock:
 @pytest.fixture
 def setup(tmp_path, monkeypatch):
     monkeypatch.setattr(runner_module, "RESTART_BACKOFF_INITIAL", 0.0)
-    monkeypatch.delenv(TEST_ONLY_STUCK_DURATION_ENV, raising=False)
     store = MetaStore(str(tmp_path / "meta.sqlite"))
     store.create_changefeed(ChangefeedInfo("default", "cf", 0, "mysql://root@x:1/", "t", 1, 0, "normal", None,
                                            {}, "0.1"), ChangefeedStatus(1, 1))
@@ -78,10 +78,10 @@ def test_failed_after_the_stuck_duration(setup, monkeypatch):
     assert info.error["message"].startswith(UNREACHABLE)
 
 
-def test_stuck_duration_override_is_test_only_env(setup, monkeypatch, tmp_path):
+def test_stuck_duration_override_is_a_failpoint(setup, monkeypatch, tmp_path):
     _, store, clock, _ = setup
-    monkeypatch.setenv(TEST_ONLY_STUCK_DURATION_ENV, "30s")
-    runner = ChangefeedRunner(None, store, "", "", str(tmp_path), "a", clock=clock)
+    with failpoint.enabled(STUCK_DURATION_FAILPOINT, "30s"):
+        runner = ChangefeedRunner(None, store, "", "", str(tmp_path), "a", clock=clock)
 
     def restart_fails(key):
         clock.now += dt.timedelta(seconds=31)
@@ -129,7 +129,6 @@ DOWN = ErrUpstreamUnreachable("the binlog puller reading from mysql-bin.000002:4
 
 @pytest.fixture
 def watched(tmp_path, monkeypatch):
-    monkeypatch.delenv(TEST_ONLY_STUCK_DURATION_ENV, raising=False)
     store = MetaStore(str(tmp_path / "meta.sqlite"))
     store.create_changefeed(ChangefeedInfo("default", "cf", 0, "mysql://root@x:1/", "t", 1, 0, "normal", None,
                                            {}, "0.1"), ChangefeedStatus(1, 1))

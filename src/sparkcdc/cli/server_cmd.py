@@ -193,10 +193,12 @@ def run_server(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_file)
     if args.log_file:
         make_private(args.log_file, directory=False)
+    from sparkcdc import failpoint
     from sparkcdc.api.server import serve
     from sparkcdc.server.capture import Capture, CaptureOptions
 
     try:
+        failpoint.arm_from_environment()  # SPARKCDC_FAILPOINTS, for tests: warns about each point
         spark_master, spark_remote = _spark_mode(args)
         security = _security(args)
         make_private(args.data_dir, directory=True)

@@ -21,9 +21,6 @@ log, become RowChanges.
 from __future__ import annotations
 
 import bisect
-import logging
-import os
-import signal
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
@@ -31,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkcdc import failpoint
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, RANGE_MARKER, batch_bounds, runs_of_equal
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
@@ -38,8 +36,6 @@ from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
 from sparkcdc.upstream.txn_index import TxnIndex
-
-log = logging.getLogger(__name__)
 
 
 class RowSink(Protocol):
@@ -132,37 +128,9 @@ class BatchSyncpoint(Protocol):
     def record(self, primary_ts: int, upstream_position: str | None) -> None: ...
 
 
-# TEST-ONLY: when set to a table name, the server SIGKILLs its own process group in the first
-# batch that has rows of that table, right after the batch's first table is flushed downstream:
-# a crash that leaves the downstream mid-batch, for the redo disaster test. Never set it in production.
-TEST_ONLY_KILL_MID_BATCH_ENV = "SPARKCDC_TEST_ONLY_KILL_MID_BATCH_ON_TABLE"
-
-
-def _test_only_kill_mid_batch(planned: list[tuple[TableInfo, list[RowChange]]], sink: RowSink) -> None:
-    trigger = os.environ.get(TEST_ONLY_KILL_MID_BATCH_ENV)
-    if not trigger or len(planned) < 2 or all(info.table != trigger for info, _ in planned):
-        return
-    info, rows = planned[0]
-    sink.write_rows(info, rows)
-    sink.flush()
-    _test_only_kill(f"after {info.schema}.{info.table} of a {len(planned)}-table batch")
-
-
-# TEST-ONLY: when set, the server SIGKILLs its own process group right after it has executed a DDL
-# whose text contains this value, before the checkpoint passes the DDL: the restart replays the
-# DDL, which must take effect once. Never set it in production.
-TEST_ONLY_KILL_AFTER_DDL_ENV = "SPARKCDC_TEST_ONLY_KILL_AFTER_DDL"
-
-
-def _test_only_kill_after_ddl(ddls: list[DDLEvent]) -> None:
-    trigger = os.environ.get(TEST_ONLY_KILL_AFTER_DDL_ENV)
-    if trigger and any(trigger in ddl.query for ddl in ddls):
-        _test_only_kill(f"after the DDL matching {trigger!r}, before its checkpoint")
-
-
-def _test_only_kill(where: str) -> None:
-    log.error("TEST-ONLY: killing the server %s", where)
-    os.killpg(os.getpgrp(), signal.SIGKILL)
+# Failpoints of the batch writer (sparkcdc.failpoint, docs/failpoints.md).
+KILL_AFTER_FIRST_TABLE = "kill-after-first-table"
+KILL_AFTER_DDL = "kill-after-ddl"
 
 
 # Rows per redo piece: a batch's redo is cut at transaction borders into pieces of about this
@@ -214,18 +182,25 @@ def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tup
             piece.add_ddls(ddls)
         piece.seal()
         logged.append(piece)
-    if os.environ.get(TEST_ONLY_KILL_MID_BATCH_ENV):
-        for piece in logged:
-            piece.wait()
-        _test_only_kill_mid_batch(planned, sink)
     written = 0
     for piece, (_, _, tables) in zip(logged, pieces):
         piece.wait()
-        for info, rows in tables:
+        for position, (info, rows) in enumerate(tables):
             sink.write_rows(info, rows)
             written += len(rows)
+            if position == 0 and (trigger := failpoint.value(KILL_AFTER_FIRST_TABLE)) is not None:
+                _kill_after_first_table(trigger, tables, sink)
     sink.flush()
     return written
+
+
+def _kill_after_first_table(trigger: str, tables: list[tuple[TableInfo, list[RowChange]]], sink: RowSink) -> None:
+    """The armed kill-after-first-table failpoint: with the first of several tables of the piece
+    holding `trigger`'s rows written, flush it downstream and die."""
+    if len(tables) > 1 and any(info.table == trigger for info, _ in tables):
+        sink.flush()
+        failpoint.kill_process_group(KILL_AFTER_FIRST_TABLE, f"after {tables[0][0].schema}.{tables[0][0].table} "
+                                                             f"of a {len(tables)}-table redo piece")
 
 
 def _planned_rows(info: TableInfo, rows: list[RowChange], split_updates: bool,
@@ -360,7 +335,8 @@ def write_batch(
         sink.write_ddl(ddl)
     if ddls:
         sink.flush()
-        _test_only_kill_after_ddl(ddls)
+        if (text := failpoint.value(KILL_AFTER_DDL)) is not None and any(text in ddl.query for ddl in ddls):
+            failpoint.kill_process_group(KILL_AFTER_DDL, f"after the DDL matching {text!r}, before its checkpoint")
     if syncpoint is not None and syncpoint.due(start, end):
         position = index.position_at(end)
         syncpoint.record(end, str(position) if position is not None else None)

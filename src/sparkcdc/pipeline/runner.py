@@ -41,6 +41,7 @@ from typing import Callable
 
 import pyarrow as pa
 
+from sparkcdc import failpoint
 from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_config_from_dict
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
@@ -61,13 +62,10 @@ from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
 
-# TEST-ONLY: a Go duration that replaces every changefeed's changefeed-error-stuck-duration (whose
-# minimum is 30m), so tests can watch a changefeed give up. Read once by the server's runner;
-# never set it in production.
-TEST_ONLY_STUCK_DURATION_ENV = "SPARKCDC_TEST_ONLY_ERROR_STUCK_DURATION"
-# TEST-ONLY: a Go duration that replaces every changefeed's sync-point-interval (whose minimum is
-# 30s), so the syncpoint test runs in seconds. Never set it in production.
-TEST_ONLY_SYNC_POINT_INTERVAL_ENV = "SPARKCDC_TEST_ONLY_SYNC_POINT_INTERVAL"
+# Failpoints of the runner (sparkcdc.failpoint, docs/failpoints.md): Go durations that replace every
+# changefeed's changefeed-error-stuck-duration (minimum 30m) and sync-point-interval (minimum 30s).
+STUCK_DURATION_FAILPOINT = "changefeed-error-stuck-duration"
+SYNC_POINT_INTERVAL_FAILPOINT = "sync-point-interval"
 # Restart backoff after a retryable failure: TiCDC's changefeed backoff starts at 10s and doubles.
 RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
@@ -194,7 +192,7 @@ class ChangefeedRunner:
         self._shutdown = threading.Event()
         # Called before a changefeed's query starts: the capture stops its Spark warm-up there.
         self.before_start: Callable[[], None] = lambda: None
-        override = os.environ.get(TEST_ONLY_STUCK_DURATION_ENV)
+        override = failpoint.value(STUCK_DURATION_FAILPOINT)
         self._stuck_override = parse_go_duration(override) if override else None
 
     def running(self) -> list[tuple[str, str]]:
@@ -337,7 +335,7 @@ class ChangefeedRunner:
         if config.enable_sync_point:
             from sparkcdc.sink.mysql.syncpoint import SyncpointWriter
 
-            interval = os.environ.get(TEST_ONLY_SYNC_POINT_INTERVAL_ENV) or config.sync_point_interval
+            interval = failpoint.value(SYNC_POINT_INTERVAL_FAILPOINT) or config.sync_point_interval
             syncpoint = SyncpointWriter(spec.settings, config, self._cluster_id, info.id,
                                         parse_go_duration(interval), parse_go_duration(config.sync_point_retention))
         return redo, syncpoint

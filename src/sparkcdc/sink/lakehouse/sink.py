@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +33,7 @@ from typing import Callable, Optional, Protocol, Sequence, Union
 
 import pyarrow as pa
 
+from sparkcdc import failpoint
 from sparkcdc.config.replica import DeltaConfig, IcebergConfig
 from sparkcdc.errors import (ErrLakehouseSchemaChange, ErrLakehouseTableIncompatible, ErrStorageIO,
                              ErrStorageUnavailable, SparkCDCError)
@@ -104,10 +103,9 @@ class LakeTables(Protocol):
     def close(self) -> None: ...
 
 
-# TEST-ONLY: when set to N, the server SIGKILLs its own process group in the N-th batch
-# checkpoint of a lakehouse sink that committed rows, after the table commits and before the
-# checkpoint is recorded. Never set it in production (to become a named failpoint).
-TEST_ONLY_KILL_AFTER_COMMIT_ENV = "SPARKCDC_TEST_ONLY_KILL_AFTER_LAKE_COMMIT"
+# The failpoint that kills the server between a batch's table commits and its checkpoint
+# (sparkcdc.failpoint, docs/failpoints.md).
+KILL_AFTER_LAKE_COMMIT = "kill-after-lake-commit"
 
 
 def normalized(schema: pa.Schema) -> dict[str, pa.DataType]:
@@ -168,7 +166,9 @@ class LakehouseSink:
             committed = self._commit(ts)
         if committed:
             self._committed_batches += 1
-            _test_only_kill_after_commit(self._committed_batches)
+            if (armed := failpoint.value(KILL_AFTER_LAKE_COMMIT)) is not None and self._committed_batches == int(armed):
+                failpoint.kill_process_group(KILL_AFTER_LAKE_COMMIT, f"after lakehouse batch {armed}'s table commits, "
+                                                                     "before its checkpoint")
 
     def close(self) -> None:
         self._pending.clear()
@@ -380,11 +380,3 @@ def _table_errors(doing: str):
         kind = ErrStorageIO if isinstance(exc, _PERMANENT_TABLE_ERRORS) else ErrStorageUnavailable
         raise kind(f"lakehouse sink: {doing} failed: {type(exc).__name__}: {str(exc)[:500]}; check the sink URI, "
                    "its storage and catalog; nothing after the table's last commit is applied until it passes") from exc
-
-
-def _test_only_kill_after_commit(batches: int) -> None:
-    trigger = os.environ.get(TEST_ONLY_KILL_AFTER_COMMIT_ENV)
-    if trigger and batches == int(trigger):
-        log.error("TEST-ONLY: killing the server after lakehouse batch %d's table commits, before its checkpoint",
-                  batches)
-        os.killpg(os.getpgrp(), signal.SIGKILL)
