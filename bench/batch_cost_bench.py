@@ -58,7 +58,8 @@ def timed(timings: Timings, name: str, function):
 
 
 class TimedSink:
-    """Times every call of the wrapped sink under `sink.<method>`."""
+    """Times every call of the wrapped sink under `sink.<method>` (and passes its properties, such
+    as accepts_arrow, through)."""
 
     def __init__(self, sink, timings: Timings):
         self._sink, self._timings = sink, timings

@@ -19,6 +19,7 @@ from sparkcdc.pipeline.planning import (
     plan_next_batch,
     split_ranges,
 )
+from sparkcdc.sink.contract import Sink
 from sparkcdc.upstream.txn_index import TxnRecord, TxnSize
 
 
@@ -107,7 +108,7 @@ def test_split_ranges_keeps_every_dml_txn_once_in_order_and_never_spans_a_ddl(sp
         assert stamps == list(range(stamps[0], stamps[0] + len(stamps))), "a piece spans a DDL"
 
 
-class RecordingSink:
+class RecordingSink(Sink):
     def __init__(self):
         self.calls = []
 

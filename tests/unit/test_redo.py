@@ -306,6 +306,8 @@ def test_apply_from_any_mid_batch_state_ends_at_the_upstream_state(txns, data):
 # -- batch writer hooks ------------------------------------------------------------------------
 
 class RecordingRedo:
+    is_local = True
+
     def __init__(self, calls):
         self.calls = calls
 

@@ -31,3 +31,16 @@ def test_binlog_range_pickles_without_connecting():
     rng = BinlogRange(UpstreamConfig("h", 1), 7, BinlogPosition("mysql-bin.000001", 4),
                       BinlogPosition("mysql-bin.000002", 9), (1, 2), {"db.t": "{}"})
     assert pickle.loads(pickle.dumps(rng)) == rng
+
+
+def test_an_unreachable_upstream_fails_a_range_read_with_a_retryable_connection_error():
+    import pymysql
+
+    from sparkcdc.model.position import BinlogPosition
+    from sparkcdc.sink.mysql.error_codes import is_retryable_message
+    from sparkcdc.testing.emulators import free_port
+    from sparkcdc.upstream.range_reader import _ReplicationDump
+
+    with pytest.raises(pymysql.err.OperationalError) as raised:
+        _ReplicationDump(UpstreamConfig("127.0.0.1", free_port()), 7, BinlogPosition("mysql-bin.000001", 4))
+    assert raised.value.args[0] == 2003 and is_retryable_message(str(raised.value))

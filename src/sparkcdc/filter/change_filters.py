@@ -12,10 +12,8 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from sparkcdc.filter.column_selector import ColumnSelectors
-from sparkcdc.filter.event_filter import DML_EVENT_TYPES, EventFilter
+from sparkcdc.filter.event_filter import EventFilter
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
-
-_DML_IGNORES = frozenset({"all dml", *DML_EVENT_TYPES})
 
 
 class ChangeFilters:
@@ -34,9 +32,7 @@ class ChangeFilters:
         ignores DML matches it, or a column selector does."""
         if self.selectors and self.selectors.kept_positions(table) is not None:
             return True
-        return bool(self.events) and any(
-            rule.has_expressions or rule.ignore_events & _DML_IGNORES
-            for rule in self.events._rules_for(table.schema, table.table))
+        return bool(self.events) and self.events.may_drop_rows_of(table.schema, table.table)
 
     def ddl(self, ddl: DDLEvent) -> Optional[DDLEvent]:
         if self.events and self.events.ignores_ddl(ddl):

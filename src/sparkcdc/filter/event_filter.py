@@ -35,6 +35,7 @@ DDL_EVENT_TYPES = (
     "add full text index", "create sequence", "drop sequence",
 )
 SUPPORTED_EVENT_TYPES = ("all dml", "all ddl") + DML_EVENT_TYPES + DDL_EVENT_TYPES
+_DML_IGNORES = frozenset({"all dml", *DML_EVENT_TYPES})
 
 # `alter table` in ignore-event covers the ALTER TABLE sub-kinds TiCDC reports separately
 # (pkg/filter/utils.go alterTableSubType: renames and the partition DDLs too).
@@ -116,6 +117,11 @@ class EventFilter:
 
     def _rules_for(self, schema: str, table: str) -> list[_CompiledRule]:
         return [r for r in self._rules if r.matcher.match_rules(schema, table)]
+
+    def may_drop_rows_of(self, schema: str, table: str) -> bool:
+        """Whether a rule that matches the table ignores some DML (by type or by expression), so
+        filter_rows may drop some of its rows."""
+        return any(rule.has_expressions or rule.ignore_events & _DML_IGNORES for rule in self._rules_for(schema, table))
 
     def ignores_ddl(self, ddl: DDLEvent) -> bool:
         # A RENAME is held against its old name too: the DDL document ignores `RENAME TABLE t1 TO

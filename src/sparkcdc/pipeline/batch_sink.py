@@ -9,20 +9,20 @@ checkpoint-ts (the batch end) is persisted, first in the sink (`metadata`) and t
 metadata store. A crash anywhere before that replays the batch from the previous checkpoint:
 duplicates, never gaps.
 
-Rows are grouped with Arrow compute (`tables_of`). A sink that takes Arrow columns (the storage
-sink, the Kafka sink with canal-json, and the MySQL sink: `accepts_arrow`, `write_arrow`) gets
-every transaction that netting, update split and the filters would pass unchanged as columns,
-encoded or rendered without a Python object per row; only the other transactions (in a
-transaction of two or more rows a key touched twice or a key-moving or no-op update; a key change
-the sink splits; a filtered or projected table), and every row for other sinks or with a redo
-log, become RowChanges.
+The sink is driven through its contract (sink/contract.py). Rows are grouped with Arrow compute
+(`tables_of`). A sink that takes Arrow columns (the storage sink, the Kafka sink with canal-json,
+and the MySQL sink: `Sink.accepts_arrow`, `write_arrow`) gets every transaction that netting,
+update split and the filters would pass unchanged as columns, encoded or rendered without a
+Python object per row; only the other transactions (in a transaction of two or more rows a key
+touched twice or a key-moving or no-op update; a key change the sink splits; a filtered or
+projected table), and every row for other sinks or with a redo log, become RowChanges.
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Callable, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -35,14 +35,8 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_changes
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
+from sparkcdc.sink.contract import Sink
 from sparkcdc.upstream.txn_index import TxnIndex
-
-
-class RowSink(Protocol):
-    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None: ...
-    def write_ddl(self, ddl: DDLEvent) -> None: ...
-    def flush(self) -> None: ...
-    def write_checkpoint(self, ts: int) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -116,6 +110,8 @@ def tables_of(batch: pa.Table) -> list[TableRows]:
 class BatchRedo(Protocol):
     """The redo log as the batch writer sees it (sparkcdc.redo.writer.RedoWriter)."""
 
+    is_local: bool  # on a local file system (each piece costs an fsync) or an object store (an upload)
+
     def batch(self, start: int, end: int): ...
     def checkpoint(self, ts: int) -> None: ...
     def flush_checkpoint(self, ts: int) -> None: ...
@@ -168,11 +164,10 @@ def redo_pieces(planned: list[tuple[TableInfo, list[RowChange]]], start: int, en
 
 
 def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tuple[TableInfo, list[RowChange]]],
-                        ddls: list[DDLEvent], sink: RowSink) -> int:
+                        ddls: list[DDLEvent], sink: Sink) -> int:
     """Each piece is durable in the redo log (a reader's resolved-ts reaches its end) before the
     sink gets it; the redo thread works on the next piece while the sink takes this one."""
-    local = getattr(redo, "is_local", True)
-    pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS if local else REDO_PIECE_ROWS_OBJECT_STORE)
+    pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS if redo.is_local else REDO_PIECE_ROWS_OBJECT_STORE)
     logged = []
     for low, high, tables in pieces:
         piece = redo.batch(low, high)
@@ -194,7 +189,7 @@ def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tup
     return written
 
 
-def _kill_after_first_table(trigger: str, tables: list[tuple[TableInfo, list[RowChange]]], sink: RowSink) -> None:
+def _kill_after_first_table(trigger: str, tables: list[tuple[TableInfo, list[RowChange]]], sink: Sink) -> None:
     """The armed kill-after-first-table failpoint: with the first of several tables of the piece
     holding `trigger`'s rows written, flush it downstream and die."""
     if len(tables) > 1 and any(info.table == trigger for info, _ in tables):
@@ -214,23 +209,14 @@ def _planned_rows(info: TableInfo, rows: list[RowChange], split_updates: bool,
     return info, rows
 
 
-class ArrowRowSink(RowSink, Protocol):
-    """A sink that also takes rows as Arrow columns (StorageSink.write_arrow, KafkaSink.write_arrow)."""
-
-    accepts_arrow: bool
-
-    def write_arrow(self, table: TableInfo, commit_ts: pa.Int64Array, ops: pa.StringArray,
-                    before: pa.ListArray, after: pa.ListArray) -> None: ...
-
-
-def _write_table(info: TableInfo, table_rows: TableRows, sink: RowSink | ArrowRowSink, split_updates: bool,
+def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updates: bool,
                  filters: ChangeFilters | None) -> int:
     """Write one table's rows; returns how many the sink got.
 
     Transactions that netting, update split and the filters would pass unchanged go to an
     Arrow-accepting sink as columns, never becoming RowChanges; the rest take the RowChange path.
     """
-    if not getattr(sink, "accepts_arrow", False) or (filters is not None and filters.changes_rows_of(info)):
+    if not sink.accepts_arrow or (filters is not None and filters.changes_rows_of(info)):
         planned_info, changes = _planned_rows(info, table_rows.changes(), split_updates, filters)
         sink.write_rows(planned_info, changes)
         return len(changes)
@@ -284,7 +270,7 @@ def _well_formed(ops: pa.Array, before: pa.Array, after: pa.Array, width: int) -
 def write_batch(
     table: pa.Table,
     index: TxnIndex,
-    sink: RowSink,
+    sink: Sink,
     table_filter: Callable[[str, str], bool],  # (schema, table or "" for db-level DDL)
     on_checkpoint: Callable[[int], None],
     split_updates: bool = False,

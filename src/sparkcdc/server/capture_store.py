@@ -49,7 +49,7 @@ class CaptureStoreView:
             try:
                 return index.resolve_start(position)
             except ErrStartTsInvalid:
-                ts = _last_txn_ending_at_or_before(index, BinlogPosition.parse(position))
+                ts = index.last_txn_ending_at_or_before(BinlogPosition.parse(position))
                 if ts is not None:
                     return ts
                 if time.monotonic() > deadline:
@@ -87,20 +87,3 @@ class CaptureStoreView:
     def update_changefeed(self, info: ChangefeedInfo) -> None:
         fence = self._fence_for(info.namespace, info.id) if self._fence_for else ()
         self._store.update_changefeed(info, fence=fence)
-
-
-def _last_txn_ending_at_or_before(index: TxnIndex, position: BinlogPosition) -> Optional[int]:
-    """For a position that is not a transaction end here (e.g. another index's start after a
-    rotation): the last indexed transaction before it, if this index reaches past it."""
-    start, last = index.start_position(), index.last_txn()
-    if start is None or last is None or not start.key() <= position.key() < last.end.key():
-        return None
-    with index._connect() as conn:  # read-only; TxnIndex has no range-by-position query
-        rows = conn.execute(
-            "SELECT commit_ts, end_file, end_pos FROM txns WHERE end_file <= ? ORDER BY commit_ts DESC LIMIT 5000",
-            (position.file,),
-        ).fetchall()
-    for commit_ts, end_file, end_pos in rows:
-        if BinlogPosition(end_file, end_pos).key() <= position.key():
-            return commit_ts
-    return index.first_ts()

@@ -1,13 +1,15 @@
 """The few etcd v3 calls sparkcdc needs, over etcd3gw's JSON gateway, with explicit timeouts.
 
 etcd3gw's own helpers default to no timeout and hide revisions; everything here goes through
-its `post` with raw v3 requests so each call has a deadline and every read returns the key's
-create and mod revisions, which fencing compares against. A timed-out write may still be
+its public `Etcd3Client.post` with raw v3 requests (keys and values base64 as the gateway wants
+them, encoded here) so each call has a deadline and every read returns the key's create and mod
+revisions, which fencing compares against. A timed-out write may still be
 applied later: callers fence writes with revision compares instead of trusting a timeout.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -15,7 +17,6 @@ from urllib.parse import urlsplit
 
 from etcd3gw import exceptions as etcd_exceptions
 from etcd3gw.client import Etcd3Client
-from etcd3gw.utils import _decode, _encode, _increment_last_byte
 
 from sparkcdc.errors import ErrEtcdUnavailable
 
@@ -33,6 +34,27 @@ class KeyValue:
 
 
 # -- compares and operations, as v3 JSON --------------------------------------------------------
+def _encode(data: bytes | str) -> str:
+    """Bytes (a str as UTF-8) in the gateway's base64."""
+    return base64.b64encode(data if isinstance(data, bytes) else data.encode()).decode("ascii")
+
+
+def _decode(data: str) -> bytes:
+    return base64.b64decode(data)
+
+
+def _prefix_end(prefix: str) -> bytes:
+    """The range end that makes a range of `prefix` cover every key starting with it (etcd's
+    clientv3.GetPrefixRangeEnd): the prefix with its last byte incremented."""
+    end = bytearray(prefix.encode())
+    while end and end[-1] == 0xFF:
+        end.pop()
+    if not end:
+        return b"\0"  # every key
+    end[-1] += 1
+    return bytes(end)
+
+
 def key_exists_at(key: str, create_revision: int) -> dict:
     """The key exists and was created at `create_revision` (a lease-bound key of ours)."""
     return {"key": _encode(key), "result": "EQUAL", "target": "CREATE", "create_revision": create_revision}
@@ -89,7 +111,7 @@ class EtcdClient:
         return kvs[0] if kvs else None
 
     def get_prefix(self, prefix: str) -> list[KeyValue]:
-        return self._range({"key": _encode(prefix), "range_end": _encode(_increment_last_byte(prefix)),
+        return self._range({"key": _encode(prefix), "range_end": _encode(_prefix_end(prefix)),
                             "sort_order": "ASCEND", "sort_target": "KEY"})
 
     def _range(self, request: dict) -> list[KeyValue]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.sink.contract import Sink
 
 
-class RecordingSink:
+class RecordingSink(Sink):
     def __init__(self):
         self.ddls: list[DDLEvent] = []
         self.rows: list[tuple[TableInfo, RowChange]] = []

@@ -20,6 +20,7 @@ decoding needs; the pure path's value converters (numpy) and the puller load on 
 
 from __future__ import annotations
 
+import socket
 import struct
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pymysql
+from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -332,6 +334,7 @@ def _dump_when_reachable(r: BinlogRange, start: BinlogPosition, give_up_at: floa
 # mysql-replication's reader waited forever.
 READ_TIMEOUT_SECONDS = 300.0
 _COM_BINLOG_DUMP = 0x12
+_CONNECT_TIMEOUT_SECONDS = 10  # pymysql's default connect_timeout, which the replication connection had
 # The server answers a dump that reaches the binlog's end with EOF instead of waiting for more:
 # a range is planned from transactions already read, so its end is never past the binlog's.
 _BINLOG_DUMP_NON_BLOCK = 0x01
@@ -356,14 +359,31 @@ class _ControlConnection:
         return self._dbms
 
 
+def _connected_socket(upstream: UpstreamConfig) -> socket.socket:
+    """A TCP connection to the upstream set up as pymysql sets up its own, with its error (2003,
+    a connection error the changefeed retries) when the upstream cannot be reached."""
+    try:
+        sock = socket.create_connection((upstream.host, upstream.port), _CONNECT_TIMEOUT_SECONDS)
+    except OSError as exc:
+        raise pymysql.err.OperationalError(
+            CR.CR_CONN_HOST_ERROR, f"Can't connect to MySQL server on {upstream.host!r} ({exc})") from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    return sock
+
+
 class _ReplicationDump:
     """A replication connection whose COM_BINLOG_DUMP is sent, set up as mysql-replication's
     BinLogStreamReader does (checksum negotiation, MariaDB slave capability 4), and the
     mysql-replication parse of the few packets Python handles."""
 
     def __init__(self, upstream: UpstreamConfig, server_id: int, start: BinlogPosition):
-        self.connection = pymysql.connect(**upstream.connection_settings())
+        # The socket is ours (pymysql's public connect(sock)): after the dump command the framer
+        # reads it through its file descriptor, and we write the command on it.
+        self.connection = pymysql.connect(**upstream.connection_settings(), defer_connect=True)
+        self.socket = _connected_socket(upstream)
         try:
+            self.connection.connect(self.socket)
             with self.connection.cursor() as cursor:
                 cursor.execute(
                     "SHOW GLOBAL VARIABLES WHERE Variable_name IN ('binlog_checksum', 'binlog_row_metadata')")
@@ -373,22 +393,21 @@ class _ReplicationDump:
                 cursor.execute("SET @mariadb_slave_capability=4"
                                + (", @master_binlog_checksum=@@global.binlog_checksum" if self.checksum else ""))
             self.control = _ControlConnection("mariadb" if "MariaDB" in self.connection.get_server_info() else "mysql")
-            sock = self.connection._sock
             # The framer reads the socket itself: pymysql's buffered reader must hold nothing. The
             # server sends nothing unasked, so a non-blocking peek finds nothing (and takes nothing).
-            sock.settimeout(0)
+            # pymysql has no public view of that buffer: `_rfile` is the one private name left here.
+            self.socket.settimeout(0)
             try:
                 leftover = self.connection._rfile.peek(1)
             except (BlockingIOError, OSError):
                 leftover = b""
-            sock.settimeout(None)
+            self.socket.settimeout(None)
             if leftover:
                 raise ErrBinlogUnsupportedEvent("the replication connection holds unread bytes before the dump")
-            file = start.file.encode()
-            self.connection._write_bytes(
-                struct.pack("<i", len(file) + 11) + bytes([_COM_BINLOG_DUMP])
-                + struct.pack("<IHI", start.pos, _BINLOG_DUMP_NON_BLOCK, server_id) + file)
-            self.fd = sock.fileno()
+            file = start.file.encode()  # COM_BINLOG_DUMP as packet 0 of a new command
+            self.socket.sendall(struct.pack("<i", len(file) + 11) + bytes([_COM_BINLOG_DUMP])
+                                + struct.pack("<IHI", start.pos, _BINLOG_DUMP_NON_BLOCK, server_id) + file)
+            self.fd = self.socket.fileno()
         except BaseException:
             self.close()
             raise
@@ -396,9 +415,10 @@ class _ReplicationDump:
 
     def close(self) -> None:
         try:
-            self.connection.close()
-        except Exception:  # already closed, or the server went away: nothing to release
-            self.connection._force_close()
+            self.connection.close()  # COM_QUIT, then pymysql closes the socket
+        except Exception:  # already closed, or the server went away: nothing to say goodbye to
+            pass
+        self.socket.close()
 
     def event(self, packet: bytes, format_description: Optional[bytes], table_map: dict, event_class):
         """mysql-replication's event of class `event_class` parsed from `packet`, or None when

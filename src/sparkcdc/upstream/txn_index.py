@@ -269,6 +269,24 @@ class TxnIndex:
                 return BinlogPosition(row[0], row[1])
             return BinlogPosition.parse(self._meta(conn, "start_position"))
 
+    def last_txn_ending_at_or_before(self, position: BinlogPosition) -> Optional[int]:
+        """For a position that is not a transaction end here (e.g. another index's start after a
+        rotation): the commit-ts of the last indexed transaction that ends at or before it, if
+        this index reaches past it (else None); first_ts when none of the last 5000 of its file
+        and before do."""
+        start, last = self.start_position(), self.last_txn()
+        if start is None or last is None or not start.key() <= position.key() < last.end.key():
+            return None
+        with self._connect() as conn:
+            rows = conn.execute(
+                "SELECT commit_ts, end_file, end_pos FROM txns WHERE end_file <= ? ORDER BY commit_ts DESC LIMIT 5000",
+                (position.file,),
+            ).fetchall()
+        for commit_ts, end_file, end_pos in rows:
+            if BinlogPosition(end_file, end_pos).key() <= position.key():
+                return commit_ts
+        return self.first_ts()
+
     def schema_gc_ts(self) -> int:
         """Schema versions before this ts were garbage-collected; nothing may start before it."""
         with self._connect() as conn:

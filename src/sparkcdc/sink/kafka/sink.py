@@ -1,4 +1,4 @@
-"""The Kafka sink, driven by the pipeline's RowSink protocol.
+"""The Kafka sink (the sink contract of sink/contract.py).
 
 - `write_rows`: rows of one table (whole transactions, commit order) are routed to a topic and
   partitions by the dispatcher rules; each partition's rows keep their order and are encoded
@@ -29,6 +29,7 @@ from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.errors import ErrKafkaSendMessage, ErrKafkaTopic, ErrMessageTooLarge
 from sparkcdc.sink.codec import encodes_arrow, make_message_encoder
 from sparkcdc.sink.codec.encoder import Message
+from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.kafka.config import DEFAULT_PARTITION_NUM, KafkaSinkConfig, parse_kafka_sink_uri
 from sparkcdc.sink.kafka.dispatcher import EventRouter, is_changefeed_topic, topic_pattern
 
@@ -38,7 +39,7 @@ if TYPE_CHECKING:  # pyarrow loads with the first write_arrow
 log = logging.getLogger(__name__)
 
 
-class KafkaSink:
+class KafkaSink(Sink):
     def __init__(self, sink_uri: str | KafkaSinkConfig, config: ReplicaConfig,
                  clock: Optional[Callable[[], float]] = None, producer=None, admin=None):
         """`sink_uri`: the parsed URI (sink.registry's SinkSpec.settings), or the URI to parse with

@@ -40,6 +40,7 @@ from sparkcdc.errors import (ErrLakehouseSchemaChange, ErrLakehouseTableIncompat
 from sparkcdc.model import tso
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.schema import ddl_types as T
+from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.lakehouse.changes import (OLD_PREFIX, ChangeBuffer, MergePlan, changelog_schema, changelog_table,
                                               merge_plan, truncate_marker)
 from sparkcdc.sink.lakehouse.evolution import SchemaEvolution, schema_evolution
@@ -120,7 +121,7 @@ def normalized(schema: pa.Schema) -> dict[str, pa.DataType]:
     return {f.name: type_of(f.type) for f in schema}
 
 
-class LakehouseSink:
+class LakehouseSink(Sink):
     """A changefeed's Delta or Iceberg tables (one per upstream table)."""
 
     accepts_arrow = True

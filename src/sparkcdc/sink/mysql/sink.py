@@ -31,6 +31,7 @@ from sparkcdc.errors import ErrExecDDLFailed, ErrMySQLConnectionError, ErrMySQLT
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.schema import ddl_types as T
+from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.mysql.async_ddl import (
     ASYNC_DDL_GRACE_SECONDS,
     ASYNC_DDL_TYPES,
@@ -253,8 +254,8 @@ class _DDLSession:
         self._connection = None
 
 
-class MySQLSink:
-    """RowSink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams.
+class MySQLSink(Sink):
+    """The sink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams.
 
     `test_only_flavor` (TEST-ONLY) replaces the flavour tidb_version() detected, so tests can run
     the TiDB-only paths (background ADD INDEX, multi-row UPDATE) against MariaDB.
@@ -496,12 +497,6 @@ class MySQLSink:
         # Background index builds are not waited for: the downstream owns them now.
         self._ddl_session.close()
         self._long_ddl_session.close()
-
-    def __enter__(self) -> "MySQLSink":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _read_table_meta(connection, schema: str, table: str):

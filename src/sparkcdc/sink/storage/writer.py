@@ -32,6 +32,7 @@ from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.sink.codec import encodes_arrow, make_file_encoder
+from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.storage.table_definition import TableDefinition
 from sparkcdc.sink.storage.uri import StorageTarget, parse_storage_uri
 
@@ -76,7 +77,7 @@ class _FileIndex:
     index: int
 
 
-class StorageSink:
+class StorageSink(Sink):
     """Writes row changes, schema files and the checkpoint of one changefeed to storage."""
 
     def __init__(self, target: StorageTarget | str, sink: Optional[SinkConfig] = None,

@@ -1,0 +1,60 @@
+"""The sink contract: what the batch writer (pipeline/batch_sink.py) drives, and what every sink
+kind of the registry (sink/registry.py) opens.
+
+Per micro-batch the writer calls `write_rows` (or `write_arrow`) for each table's rows, `flush`,
+then `write_ddl` for the batch's DDL and `flush` again, then `write_checkpoint(end)`; `close` when
+the changefeed stops. A sink makes its writes durable by the `flush` before the checkpoint (the
+checkpoint is the resume point), and takes a replayed batch again without harm: delivery is
+at-least-once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Sequence
+
+from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+
+if TYPE_CHECKING:  # the batch writer's columnar path hands Arrow arrays; a sink need not load pyarrow
+    import pyarrow as pa
+
+
+class Sink(ABC):
+    """A changefeed's sink. Rows come per table, as whole transactions in (commit_ts, seq) order,
+    already netted (and split or filtered as the changefeed says)."""
+
+    @property
+    def accepts_arrow(self) -> bool:
+        """Whether `write_arrow` takes rows given as Arrow columns (the batch writer's columnar
+        path); False by default, and the writer then hands every row as a RowChange."""
+        return False
+
+    @abstractmethod
+    def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None: ...
+
+    def write_arrow(self, table: TableInfo, commit_ts: "pa.Int64Array", ops: "pa.StringArray",
+                    before: "pa.ListArray", after: "pa.ListArray") -> None:
+        """`write_rows` for rows as Arrow columns (model.change_batch's commit_ts, op, before and
+        after of one table version's whole transactions): the same output. Only when
+        `accepts_arrow`."""
+        raise NotImplementedError(f"{type(self).__name__} does not take Arrow columns")
+
+    @abstractmethod
+    def write_ddl(self, ddl: DDLEvent) -> None: ...
+
+    @abstractmethod
+    def flush(self) -> None:
+        """Everything written so far is durable downstream when this returns."""
+
+    @abstractmethod
+    def write_checkpoint(self, ts: int) -> None:
+        """Every change up to `ts` is downstream (called after `flush`)."""
+
+    def close(self) -> None:
+        """Release connections and threads; nothing to release by default."""
+
+    def __enter__(self) -> "Sink":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
