@@ -165,7 +165,7 @@ def anchor_schema_history(server: ServerProcess, start_ts: int, sink_dir: str) -
 
 
 def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = False) -> ServerProcess:
-    """A server on `directory`; with `warm`, returned once its Spark warm-up (server/warmup.py) has
+    """A server on `directory`; with `warm`, returned once its Spark warm-up (pipeline/warmup.py) has
     ended, so a changefeed created next runs on a warm session as on a long-running server."""
     saved = os.environ.get("SPARKCDC_PURE_PYTHON_DECODER")
     if decoder == "pure":

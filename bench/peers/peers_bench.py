@@ -25,7 +25,7 @@ to each peer, and the load average before and after. Peers do less work (no sink
 sparkcdc's server is restarted for each of its runs. --sparkcdc-start says when its changefeed is
 created: `cold` (default) right after the fresh server is ready, so the run includes the Spark
 session's first streaming query (the JVM compiling and loading Spark's classes, the first Python
-workers); `warm` once the server's own warm-up query has ended (server/warmup.py), as on a
+workers); `warm` once the server's own warm-up query has ended (pipeline/warmup.py), as on a
 long-running TiCDC-style server, so the run includes only what a changefeed's own start costs.
 Either way CPU is counted from the create; the warm-up's is not.
 """
