@@ -21,13 +21,11 @@ import json
 import re
 import struct
 import threading
-import urllib.error
-import urllib.request
 from decimal import Decimal
 from typing import Any, Callable, Optional, Sequence
-from urllib.parse import quote as url_quote
 
 from sparkcdc.config.replica import SinkConfig
+from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.errors import ErrAvroSchemaRegistry, ErrSinkUnsupported
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo, Value
 from sparkcdc.model.tso import physical_ms
@@ -228,31 +226,36 @@ def parse_envelope(data: bytes) -> tuple[int, bytes]:
 
 
 class ConfluentSchemaRegistry:
-    """The few calls of the Confluent schema registry API TiCDC uses: register and look up by id."""
+    """The schema registry calls TiCDC's Avro codec makes (register a subject's schema, look one up
+    by id), through confluent-kafka's maintained SchemaRegistryClient: basic auth (user:password in
+    the URL), TLS, retries of transient failures and its caches are the client's. Its errors become
+    ErrAvroSchemaRegistry."""
 
     def __init__(self, url: str, timeout: float = 10.0):
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
         self.url = url.rstrip("/")
-        self._timeout = timeout
+        self._client = SchemaRegistryClient({"url": self.url, "timeout": timeout})
         self._by_id: dict[int, Any] = {}
         self._lock = threading.Lock()
 
-    def _call(self, method: str, path: str, body: Optional[dict] = None) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/vnd.schemaregistry.v1+json",
-                                                  "Accept": "application/vnd.schemaregistry.v1+json"})
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:
-                return json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as exc:
-            detail = exc.read().decode(errors="replace")[:300]
-            raise ErrAvroSchemaRegistry(f"{method} {self.url}{path}: HTTP {exc.code} {detail}") from None
-        except OSError as exc:
-            raise ErrAvroSchemaRegistry(f"schema registry {self.url} unreachable: {exc}; "
+            return call()
+        except SchemaRegistryError as exc:
+            raise ErrAvroSchemaRegistry(f"{what} on {mask_sink_uri(self.url)}: HTTP {exc.http_status_code} "
+                                        f"{exc.error_message}"[:500]) from None
+        except Exception as exc:  # httpx's transport errors: refused, unresolvable, timed out
+            raise ErrAvroSchemaRegistry(f"schema registry {mask_sink_uri(self.url)} unreachable: {exc}; "
                                         "check schema-registry= in the sink URI") from None
 
     def register(self, subject: str, schema: str) -> int:
-        return int(self._call("POST", f"/subjects/{url_quote(subject, safe='')}/versions", {"schema": schema})["id"])
+        from confluent_kafka.schema_registry import Schema
+
+        return int(self._call(f"registering subject {subject!r}",
+                              lambda: self._client.register_schema(subject, Schema(schema, "AVRO"))))
 
     def parsed_schema(self, schema_id: int) -> Any:
         """The fastavro-parsed schema of an id, fetched once."""
@@ -261,7 +264,7 @@ class ConfluentSchemaRegistry:
         if cached is None:
             import fastavro
 
-            text = self._call("GET", f"/schemas/ids/{schema_id}")["schema"]
+            text = self._call(f"looking up schema id {schema_id}", lambda: self._client.get_schema(schema_id).schema_str)
             cached = fastavro.parse_schema(json.loads(text))
             with self._lock:
                 self._by_id[schema_id] = cached
