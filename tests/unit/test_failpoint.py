@@ -11,16 +11,12 @@ import pytest
 from sparkcdc import failpoint
 from sparkcdc.errors import ErrInvalidFailpoint
 from sparkcdc.filter.table_filter import TableFilter
-from sparkcdc.model.change_batch import RANGE_MARKER
-from sparkcdc.model.events import TableInfo
 from sparkcdc.pipeline import batch_sink, runner
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.sink.lakehouse.sink import KILL_AFTER_LAKE_COMMIT
 
-from test_pipeline_planning import RecordingSink, batch_table
-from test_redo import INFO, PositionIndex, RecordingRedo
-
-OTHER = TableInfo("db", "u", 8, INFO.columns, 3, ("id",))
+from test_pipeline_planning import RecordingSink
+from test_redo import RecordingRedo, two_table_batch
 
 
 def test_every_point_the_code_names_is_declared_and_every_declared_point_is_used():
@@ -69,13 +65,7 @@ def redo_batch_calls(monkeypatch, armed: str | None) -> list:
 
     monkeypatch.setattr(failpoint, "kill_process_group", kill)
     monkeypatch.setattr(batch_sink, "REDO_PIECE_ROWS", 4)
-    index = PositionIndex([], 100, tables=[INFO, OTHER])
-    raw = []
-    for ts in (10, 20, 30):
-        raw += [(ts, 0, "db", "t", "insert", None, [str(ts), f"u{ts}", "x"]),
-                (ts, 1, "db", "t", "insert", None, [str(ts + 1), f"u{ts + 1}", "x"]),
-                (ts, 2, "db", "u", "insert", None, [str(ts), f"u{ts}", "x"])]
-    table = batch_table(raw + [(100, 5, "", "", RANGE_MARKER, None, None)])
+    _, table, index = two_table_batch((10, 20, 30))
     sink = RecordingSink()
     calls = sink.calls
     try:

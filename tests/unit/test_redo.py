@@ -366,15 +366,22 @@ def test_redo_is_committed_before_the_sink_and_persisted_before_a_ddl():
                      ("checkpoint", 30), ("meta", 30), ("redo-checkpoint", 30)]
 
 
-def test_a_large_batch_goes_through_the_redo_log_in_pieces_cut_between_transactions(monkeypatch):
-    other = TableInfo("db", "u", 8, INFO.columns, 3, ("id",))
-    index = PositionIndex([], 100, tables=[INFO, other])
+OTHER = TableInfo("db", "u", 8, INFO.columns, 3, ("id",))
+
+
+def two_table_batch(stamps) -> tuple[list, object, PositionIndex]:
+    """(rows, batch (0, 100], index) of one transaction of 3 rows in tables t and u per stamp."""
     raw = []
-    for ts in range(10, 100, 10):  # 9 transactions of 3 rows in two tables
+    for ts in stamps:
         raw += [(ts, 0, "db", "t", "insert", None, [str(ts), f"u{ts}", "x"]),
                 (ts, 1, "db", "t", "insert", None, [str(ts + 1), f"u{ts + 1}", "x"]),
                 (ts, 2, "db", "u", "insert", None, [str(ts), f"u{ts}", "x"])]
     table = batch_table(raw + [(100, 5, "", "", RANGE_MARKER, None, None)])
+    return raw, table, PositionIndex([], 100, tables=[INFO, OTHER])
+
+
+def test_a_large_batch_goes_through_the_redo_log_in_pieces_cut_between_transactions(monkeypatch):
+    raw, table, index = two_table_batch(range(10, 100, 10))  # 9 transactions of 3 rows in two tables
     sink = RecordingSink()
     calls = sink.calls
     monkeypatch.setattr("sparkcdc.pipeline.batch_sink.REDO_PIECE_ROWS", 7)
