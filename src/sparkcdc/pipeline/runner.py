@@ -55,6 +55,7 @@ from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.source import SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
+from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.registry import SinkSpec, parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
 from sparkcdc.upstream.puller import RUNNING, PullerHealth
@@ -101,7 +102,7 @@ class _Retrying:
 class _Running:
     query: object
     writer: "PipelinedWriter"
-    sink: object  # a RowSink with close()
+    sink: Sink
     stopping: threading.Event
     extras: tuple = ()  # redo writer, syncpoint writer: closed with the sink
 

@@ -1,14 +1,14 @@
 """The MySQL sink: row transactions through the conflict detector to `worker-count` writer
 threads (each with its own connection), DDL one at a time on its own connection.
 
-Order of work, as the pipeline's RowSink protocol drives it: `write_rows` hands whole upstream
-transactions of one table in (commit_ts, seq) order and returns once they are queued; `flush`
-returns when every queued transaction is committed downstream (or raises the first failure);
-`write_ddl` runs after a flush (on a TiDB downstream an index DDL may keep building in the
-background, see async_ddl.py). A transaction at or before `replicating_ts` may already be
-downstream (a replay), so it is written idempotently: updates split, inserts as REPLACE. If a
-plain INSERT still meets a duplicate key (a replay the window did not cover), the worker rolls
-back and writes the same transactions idempotently.
+Order of work, as the batch writer drives the sink contract (sink/contract.py): `write_rows`
+hands whole upstream transactions of one table in (commit_ts, seq) order and returns once they
+are queued; `flush` returns when every queued transaction is committed downstream (or raises the
+first failure); `write_ddl` runs after a flush (on a TiDB downstream an index DDL may keep
+building in the background, see async_ddl.py). A transaction at or before `replicating_ts` may
+already be downstream (a replay), so it is written idempotently: updates split, inserts as
+REPLACE. If a plain INSERT still meets a duplicate key (a replay the window did not cover), the
+worker rolls back and writes the same transactions idempotently.
 
 Transactions come either as RowChanges (`write_rows`) or, from the batch writer's columnar path,
 as Arrow columns (`write_arrow`, columnar.py): both give the same conflict keys and SQL text.
