@@ -126,12 +126,10 @@ class LakehouseSink(Sink):
 
     accepts_arrow = True
 
-    def __init__(self, tables: LakeTables, options: Union[DeltaConfig, IcebergConfig], app_id: str,
-                 clock: Callable[[], float] = time.time):
+    def __init__(self, tables: LakeTables, options: Union[DeltaConfig, IcebergConfig], app_id: str):
         self._tables = tables
         self._options = options
         self._app_id = app_id
-        self._clock = clock
         self._pending: dict[TableName, ChangeBuffer] = {}
         self._commits_since_compaction: dict[TableName, int] = {}
         self._checked: dict[TableName, pa.Schema] = {}
