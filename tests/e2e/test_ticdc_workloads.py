@@ -1,10 +1,18 @@
-"""TiCDC's clustered_index and foreign_key integration workloads (pingcap/tiflow
+"""TiCDC's clustered_index, sequence and foreign_key integration workloads (pingcap/tiflow
 tests/integration_tests/*/data, the statements MariaDB accepts) on a MariaDB upstream, through
 one server into a MySQL downstream and into file storage (canal-json) replayed by
-`sparkcdc consumer storage` into a second MariaDB; every table compared with upstream row by
-row. The MySQL changefeed is paused, updated (batch-dml-enable, as TiCDC's
-batch_update_to_no_batch does) and resumed mid-workload, and the server log must stay free of
-tracebacks."""
+`sparkcdc consumer storage` into a second MariaDB; tables compared with upstream row by row.
+
+clustered_index: every key type, both downstreams equal upstream. The MySQL changefeed is paused,
+updated (batch-dml-enable, as TiCDC's batch_update_to_no_batch does) and resumed mid-workload, and
+the server log must stay free of tracebacks.
+
+sequence: sequences are not replicated, and every other change is.
+
+foreign_key: the MySQL downstream re-runs the cascades MariaDB's binlog does not record, also
+after a resume that replays every foreign-key transaction (exactly once). File storage cannot
+hold the cascaded changes: the tables they touch are named in a warning, the others rebuild
+equal."""
 
 from __future__ import annotations
 
@@ -254,3 +262,127 @@ def test_sequences_are_not_replicated_and_every_other_change_is(mariadb, servers
     for changefeed in ("seq", "seqfiles"):
         info = server.api("GET", f"/api/v2/changefeeds/{changefeed}")
         assert info["state"] == "normal" and info["error"] is None and info["puller"]["state"] == "running", info
+
+
+FK_DB = "e2e_foreign_key"
+# Tables whose rows upstream changes through cascades: only a MySQL sink can reproduce them.
+CASCADED = ["t2", "t4", "t9", "t11"]
+
+
+def foreign_key_statements() -> list[str]:
+    """TiCDC's foreign_key cases (t13's constraint renamed: MariaDB wants unique names)."""
+    return [
+        "SET foreign_key_checks = 1",
+        "CREATE TABLE t1 (id INT PRIMARY KEY)",
+        "CREATE TABLE t2 (id INT PRIMARY KEY, CONSTRAINT fk_1 FOREIGN KEY (id) REFERENCES t1 (id) "
+        "ON DELETE CASCADE ON UPDATE CASCADE)",
+        "BEGIN", "INSERT INTO t1 VALUES (1), (2), (3), (4), (5)", "INSERT INTO t2 VALUES (1), (2), (3), (4), (5)",
+        "DELETE FROM t1 WHERE id IN (1, 2)", "UPDATE t1 SET id = id + 10 WHERE id = 3", "COMMIT",
+        "SET foreign_key_checks = 0", "DELETE FROM t1 WHERE id = 4", "SET foreign_key_checks = 1",
+        "CREATE TABLE t3 (id INT PRIMARY KEY)",
+        "CREATE TABLE t4 (id INT PRIMARY KEY, b INT, INDEX idx (b), CONSTRAINT fk_2 FOREIGN KEY (b) "
+        "REFERENCES t3 (id) ON DELETE SET NULL ON UPDATE SET NULL)",
+        "BEGIN", "INSERT INTO t3 VALUES (1), (2), (3), (4), (5)",
+        "INSERT INTO t4 VALUES (1, 1), (2, 2), (3, 3), (4, 4), (5, 5)",
+        "DELETE FROM t3 WHERE id IN (1, 2)", "UPDATE t3 SET id = id + 10 WHERE id = 3", "COMMIT",
+        "CREATE TABLE t5 (id INT PRIMARY KEY)",
+        "CREATE TABLE t6 (id INT PRIMARY KEY, CONSTRAINT fk_3 FOREIGN KEY (id) REFERENCES t5 (id) "
+        "ON DELETE RESTRICT ON UPDATE RESTRICT)",
+        "INSERT INTO t5 VALUES (1), (2), (3), (4), (5)", "INSERT INTO t6 VALUES (1), (2), (3), (4), (5)",
+        "SET foreign_key_checks = 0", "DELETE FROM t5 WHERE id IN (1, 2)", "UPDATE t5 SET id = id + 10 WHERE id = 3",
+        "DELETE FROM t5 WHERE id = 4", "SET foreign_key_checks = 1",
+        "CREATE TABLE t7 (id INT PRIMARY KEY)",
+        "CREATE TABLE t8 (id INT PRIMARY KEY, CONSTRAINT fk_4 FOREIGN KEY (id) REFERENCES t5 (id) "
+        "ON DELETE RESTRICT ON UPDATE RESTRICT)",
+        "DROP TABLE t7, t8",
+        "CREATE TABLE t9 (id INT PRIMARY KEY, name VARCHAR(10), leader INT, INDEX (leader), "
+        "CONSTRAINT fk_5 FOREIGN KEY (leader) REFERENCES t9 (id) ON DELETE CASCADE)",
+        "INSERT INTO t9 VALUES (1, 'boss', NULL), (10, 'l1_a', 1), (11, 'l1_b', 1), (12, 'l1_c', 1)",
+        "INSERT INTO t9 VALUES (100, 'l2_a1', 10), (101, 'l2_a2', 10), (102, 'l2_a3', 10)",
+        "INSERT INTO t9 VALUES (110, 'l2_b1', 11), (111, 'l2_b2', 11), (112, 'l2_b3', 11)",
+        "INSERT INTO t9 VALUES (120, 'l2_c1', 12), (121, 'l2_c2', 12), (122, 'l2_c3', 12)",
+        "INSERT INTO t9 VALUES (1000, 'l3_a1', 100)",
+        "DELETE FROM t9 WHERE id = 1",
+        "CREATE TABLE t10 (id INT PRIMARY KEY, b INT, INDEX (b))",
+        "CREATE TABLE t11 (id INT PRIMARY KEY, b INT, INDEX (b))",
+        "INSERT INTO t10 VALUES (1, 1), (2, 2), (3, 3)", "INSERT INTO t11 VALUES (1, 1), (2, 2), (3, 3)",
+        "ALTER TABLE t11 ADD CONSTRAINT fk_6 FOREIGN KEY (b) REFERENCES t10 (id) ON DELETE CASCADE ON UPDATE CASCADE",
+        "DELETE FROM t10 WHERE id = 1", "UPDATE t10 SET id = id + 10 WHERE id = 2",
+        # t12 is filtered out; its child t13 is replicated without it.
+        "CREATE TABLE t12 (id INT PRIMARY KEY)",
+        "CREATE TABLE t13 (id INT PRIMARY KEY, CONSTRAINT fk_13 FOREIGN KEY (id) REFERENCES t12 (id))",
+        "INSERT INTO t12 VALUES (1), (2), (3), (4), (5)", "INSERT INTO t13 VALUES (1), (2), (3), (4), (5)",
+        "CREATE TABLE t (id INT PRIMARY KEY)",
+        "CREATE TABLE tt (id INT PRIMARY KEY, ai VARCHAR(16) NOT NULL, app_id INT NOT NULL, "
+        "UNIQUE KEY uk_appid (app_id), CONSTRAINT tt_app_id FOREIGN KEY (app_id) REFERENCES t (id))",
+        "ALTER TABLE tt DROP FOREIGN KEY tt_app_id",
+        "ALTER TABLE tt DROP INDEX uk_appid",
+    ]
+
+
+def test_foreign_key_cascades_reach_a_mysql_downstream_exactly_once(mariadb, servers, tmp_path):
+    server, downstream, replayed = servers
+    files = f"file://{tmp_path / 'fk'}?protocol=canal-json&enable-tidb-extension=true"
+    config = tmp_path / "fk.toml"
+    config.write_text(f'[filter]\nrules = ["{FK_DB}.*", "!{FK_DB}.t12"]\n')
+    server.cli("changefeed", "create", "-c", "fk", "--config", str(config),
+               "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/?worker-count=4")
+    server.cli("changefeed", "create", "-c", "fkfiles", "--config", str(config), "--sink-uri", files)
+    up = mariadb.connect()
+    with up.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {FK_DB}")
+        cur.execute(f"USE {FK_DB}")
+        for statement in foreign_key_statements():
+            cur.execute(statement)
+        cur.execute("CREATE TABLE finish_mark (id INT PRIMARY KEY)")
+        cur.execute("INSERT INTO finish_mark VALUES (1)")
+    down = downstream.connect()
+    wait_for_row(down, FK_DB, "finish_mark")
+    tables = [t for t in tables_of(up, FK_DB) if t != "t12"]
+    wait_tables_equal(up, down, FK_DB, tables)
+    with down.cursor() as cur:
+        assert cur.execute(f"SELECT 1 FROM information_schema.TABLES WHERE TABLE_SCHEMA = '{FK_DB}' "
+                           "AND TABLE_NAME = 't12'") == 0
+        cur.execute(f"SELECT COUNT(*) FROM {FK_DB}.t13")
+        assert cur.fetchone()[0] == 5
+
+    # Resume from before the first foreign-key transaction: every one of them is replayed, and
+    # the sink's progress row makes each a no-op (replayed as REPLACE, t1's rows would cascade).
+    index = TxnIndex(os.path.join(server.data_dir, "txn-index.sqlite"))
+    create_t2 = next(d for d in index.ddls_between(index.first_ts(), index.resolved_ts()) if d.table == "t2"
+                     and d.schema == FK_DB)
+    server.cli("changefeed", "pause", "-c", "fk")
+    server.cli("changefeed", "resume", "-c", "fk", "--no-confirm", "--overwrite-checkpoint-ts", str(create_t2.commit_ts))
+    with up.cursor() as cur:
+        cur.execute(f"USE {FK_DB}")
+        cur.execute("DELETE FROM t1 WHERE id = 5")
+        cur.execute("UPDATE t3 SET id = 14 WHERE id = 4")
+        cur.execute("INSERT INTO t9 VALUES (2, 'boss2', NULL), (20, 'l1', 2)")
+        cur.execute("UPDATE t10 SET id = 13 WHERE id = 3")
+        cur.execute("INSERT INTO finish_mark VALUES (2)")
+    wait_until(lambda: _has_row(down, FK_DB, "finish_mark", 2), "finish mark 2")
+    wait_tables_equal(up, down, FK_DB, tables)
+
+    # File storage: the cascading tables are named in a warning; the others rebuild equal.
+    reached = index.resolved_ts()
+    wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass finish mark 2")
+    consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
+                            "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once")
+    assert consumer.returncode == 0, consumer.stderr[-3000:]
+    wait_tables_equal(up, replayed.connect(), FK_DB, [t for t in tables if t not in CASCADED], timeout=10)
+    logged = log_since(os.path.join(server.data_dir, "server.log"), 0)
+    for table in CASCADED:
+        assert f"[SPARKCDC:WarnForeignKeyCascade] changefeed fkfiles: {FK_DB}.{table} " in logged, table
+    assert f"changefeed fk: {FK_DB}" not in logged, "a MySQL sink re-runs the cascades: no warning"
+    # A changefeed created over the existing tables warns at its start, from information_schema.
+    server.cli("changefeed", "create", "-c", "fklate", "--config", str(config), "--sink-uri",
+               f"file://{tmp_path / 'fklate'}?protocol=canal-json")
+    warned = f"[SPARKCDC:WarnForeignKeyCascade] changefeed fklate: {FK_DB}.t2 changes through FOREIGN KEY fk_1 (id) " \
+             f"REFERENCES {FK_DB}.t1 (id) ON DELETE CASCADE ON UPDATE CASCADE"
+    wait_until(lambda: warned in log_since(os.path.join(server.data_dir, "server.log"), 0), "fklate's warning", 30)
+    server.cli("changefeed", "remove", "-c", "fklate")
+
+
+def _has_row(conn, database: str, table: str, key: int) -> bool:
+    with conn.cursor() as cur:
+        return bool(cur.execute(f"SELECT 1 FROM `{database}`.`{table}` WHERE id = %s", (key,)))

@@ -164,3 +164,48 @@ class DDLEvent:
     table_info: Optional[TableInfo] = None  # the table after the DDL (None if dropped/db-level)
     pre_table_info: Optional[TableInfo] = None
     extra: dict = field(default_factory=dict)
+
+
+# Referential actions that change child rows (information_schema's DELETE_RULE / UPDATE_RULE).
+CASCADING_RULES = frozenset({"CASCADE", "SET NULL", "SET DEFAULT"})
+
+
+@dataclass(frozen=True)
+class ForeignKey:
+    """One FOREIGN KEY constraint: `table`'s `columns` reference `parent_table`'s `parent_columns`."""
+
+    schema: str
+    table: str
+    name: str
+    columns: tuple[str, ...]
+    parent_schema: str
+    parent_table: str
+    parent_columns: tuple[str, ...]
+    on_delete: str = "RESTRICT"
+    on_update: str = "RESTRICT"
+
+    @property
+    def cascades(self) -> bool:
+        """Whether a change of a parent row changes child rows (InnoDB does it; the binlog
+        records only the parent's change)."""
+        return self.on_delete in CASCADING_RULES or self.on_update in CASCADING_RULES
+
+
+# How the upstream ran a transaction's row events (MariaDB's foreign_key_checks, recorded per ROWS
+# event in the binlog): all with checks, all without, or some of each.
+FK_CHECKS_ON, FK_CHECKS_OFF, FK_CHECKS_MIXED = "on", "off", "mixed"
+
+
+@dataclass(frozen=True)
+class OrderedTransaction:
+    """One upstream transaction's row changes of tables a sink applies in binlog order
+    (`Sink.keeps_binlog_order`: the MySQL sink's tables linked by cascading foreign keys): every
+    row as the binlog has it, not netted, across tables in (seq) order.
+
+    `end_position` (the binlog position after the transaction, the same on every capture) and the
+    rows' seq say how far the sink got; `foreign_key_checks` is how the upstream ran them."""
+
+    commit_ts: int
+    end_position: str  # FILE:POS
+    foreign_key_checks: str
+    changes: tuple[tuple[TableInfo, RowChange], ...]

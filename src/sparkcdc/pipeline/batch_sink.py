@@ -16,11 +16,17 @@ update split and the filters would pass unchanged as columns, encoded or rendere
 Python object per row; only the other transactions (in a transaction of two or more rows a key
 touched twice or a key-moving or no-op update; a key change the sink splits; a filtered or
 projected table), and every row for other sinks or with a redo log, become RowChanges.
+
+A sink may want some tables' rows in binlog order instead (`Sink.keeps_binlog_order`: the MySQL
+sink's tables linked by cascading foreign keys, sink/mysql/foreign_keys.py): those are not
+netted or split, and go to `write_ordered` as whole upstream transactions across tables, each
+with its binlog end position and how the upstream ran its foreign key checks.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -31,7 +37,7 @@ import pyarrow.compute as pc
 from sparkcdc import failpoint
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, RANGE_MARKER, batch_bounds, runs_of_equal
-from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.model.events import DDLEvent, OrderedTransaction, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_changes
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
@@ -163,10 +169,28 @@ def redo_pieces(planned: list[tuple[TableInfo, list[RowChange]]], start: int, en
     return pieces
 
 
+def ordered_transactions(tables: list[tuple[TableInfo, list[RowChange]]], index: TxnIndex) -> list[OrderedTransaction]:
+    """The rows of `tables` as upstream transactions in commit order, each one's rows in binlog
+    (seq) order across the tables, with the transaction's end position and foreign key checks."""
+    changes = sorted(((row.commit_ts, row.seq, info, row) for info, rows in tables for row in rows),
+                     key=lambda change: change[:2])
+    records = index.txns_at([change[0] for change in changes])
+    transactions = []
+    for commit_ts, group in itertools.groupby(changes, key=lambda change: change[0]):
+        record = records.get(commit_ts)
+        if record is None:
+            raise RuntimeError(f"no transaction at commit-ts {commit_ts} in the transaction index")
+        transactions.append(OrderedTransaction(commit_ts, str(record.end), record.foreign_key_checks,
+                                               tuple((info, row) for _, _, info, row in group)))
+    return transactions
+
+
 def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tuple[TableInfo, list[RowChange]]],
-                        ddls: list[DDLEvent], sink: Sink) -> int:
+                        ddls: list[DDLEvent], sink: Sink, ordered: list[OrderedTransaction]) -> int:
     """Each piece is durable in the redo log (a reader's resolved-ts reaches its end) before the
-    sink gets it; the redo thread works on the next piece while the sink takes this one."""
+    sink gets it; the redo thread works on the next piece while the sink takes this one. The
+    `ordered` transactions' tables are logged netted like the others (`redo apply` writes them as
+    any table) and go to the sink in binlog order once every piece is durable."""
     pieces = redo_pieces(planned, start, end, REDO_PIECE_ROWS if redo.is_local else REDO_PIECE_ROWS_OBJECT_STORE)
     logged = []
     for low, high, tables in pieces:
@@ -177,14 +201,20 @@ def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tup
             piece.add_ddls(ddls)
         piece.seal()
         logged.append(piece)
+    ordered_tables = {(info.schema, info.table) for transaction in ordered for info, _ in transaction.changes}
     written = 0
     for piece, (_, _, tables) in zip(logged, pieces):
         piece.wait()
         for position, (info, rows) in enumerate(tables):
+            if (info.schema, info.table) in ordered_tables:
+                continue
             sink.write_rows(info, rows)
             written += len(rows)
             if position == 0 and (trigger := failpoint.value(KILL_AFTER_FIRST_TABLE)) is not None:
                 _kill_after_first_table(trigger, tables, sink)
+    if ordered:
+        sink.write_ordered(ordered)
+        written += sum(len(transaction.changes) for transaction in ordered)
     sink.flush()
     return written
 
@@ -285,12 +315,18 @@ def write_batch(
     start, end = bounds
     written = 0
     planned: list[tuple[TableInfo, list[RowChange]]] = []
+    in_binlog_order: list[tuple[TableInfo, list[RowChange]]] = []
     for table_rows in tables_of(table):
         info = index.table_info_at(table_rows.schema, table_rows.table, start)
         if info is None:
             raise RuntimeError(f"no table info for {table_rows.schema}.{table_rows.table} at {start}")
         if not info.is_eligible(ddl_policy.force_replicate):
             continue  # the source does not decode such tables either (planning.replicated_tables)
+        if sink.keeps_binlog_order(info):
+            changes = table_rows.changes()
+            in_binlog_order.append(filters.rows(info, changes) if filters is not None else (info, changes))
+            if redo is None:
+                continue
         if redo is None:
             # The sink's writers start while the next table is planned.
             written += _write_table(info, table_rows, sink, split_updates, filters)
@@ -305,11 +341,15 @@ def write_batch(
             ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
     except Exception as exc:
         ddls, ddl_error = [], exc
+    ordered = ordered_transactions(in_binlog_order, index) if in_binlog_order else []
     if redo is not None and (planned or ddls):
-        written = _write_through_redo(redo, start, end, planned, ddls, sink)
+        written = _write_through_redo(redo, start, end, planned, ddls, sink, ordered)
     else:
         if redo is not None:
             redo.batch(start, end).seal(durable=False)  # keeps the log's chain of batches unbroken
+        if ordered:
+            sink.write_ordered(ordered)
+            written += sum(len(transaction.changes) for transaction in ordered)
         sink.flush()
     if ddl_error is not None:
         raise ddl_error

@@ -234,7 +234,7 @@ class ChangefeedRunner:
             # Anything up to the upstream's current position may already be downstream from a
             # previous run: the sink writes those rows idempotently (TiCDC's replicating ts).
             sink = spec.open(replicating_ts=TxnIndex(self._index_path).resolved_ts(), retry_seconds=SINK_RETRY_SECONDS,
-                             changefeed=f"{info.namespace}/{info.id}")
+                             changefeed=f"{info.namespace}/{info.id}", changefeed_epoch=info.create_time)
             status = self._store.get_status(info.namespace, info.id)
             # Each run's readers get their own server_id range.
             server_id_base = self._next_server_id
@@ -255,6 +255,7 @@ class ChangefeedRunner:
                 hold_file=hold_file,
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
+            self._warn_cascades(info, spec)
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
@@ -300,6 +301,26 @@ class ChangefeedRunner:
         if following:  # the first transaction it still has to read
             check_binlog_retained(UpstreamConfig.from_uri(self._upstream_uri), following[0].start,
                                   f"changefeed {info.namespace}/{info.id} at checkpoint {checkpoint_ts}")
+
+    def _warn_cascades(self, info: ChangefeedInfo, spec: SinkSpec) -> None:
+        """Name each replicated table whose cascaded changes this changefeed's sink cannot have
+        (every sink but a MySQL one: the binlog holds no rows for them)."""
+        if spec.reruns_foreign_key_cascades:
+            return
+        from sparkcdc.filter.eligibility import cascaded_tables, describe_cascade
+        from sparkcdc.upstream.schema_reader import read_foreign_keys
+
+        try:
+            connection = UpstreamConfig.from_uri(self._upstream_uri).connect(connect_timeout=5, read_timeout=10)
+            try:
+                foreign_keys = read_foreign_keys(connection)
+            finally:
+                connection.close()
+        except Exception as exc:  # a warning only: the changefeed starts anyway
+            log.info("changefeed %s: cannot read the upstream's foreign keys (%s)", info.id, exc)
+            return
+        for (schema, table), keys in sorted(cascaded_tables(foreign_keys, spec.config).items()):
+            _warn_cascade(info, spec, f"{schema}.{table}", "; ".join(map(describe_cascade, keys)))
 
     def _spool_dir(self, info: ChangefeedInfo) -> str:
         """The changefeed's spool directory, emptied, when the read tasks run on this machine (a
@@ -348,6 +369,7 @@ class ChangefeedRunner:
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
         split_updates = spec.splits_key_updates
+        warn_cascades = not spec.reruns_foreign_key_cascades
         ddl_policy = DDLPolicy(force_replicate=config.force_replicate, skip_unparseable=config.skip_unparseable_ddl)
         filters = ChangeFilters(config)
 
@@ -386,6 +408,8 @@ class ChangefeedRunner:
                 writing = time.monotonic()
                 result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
                                      split_updates, filters, ddl_policy, redo, syncpoint)
+                if result is not None and result.ddls and warn_cascades:
+                    _warn_cascading_ddls(info, spec, index, result.start, result.end, table_filter)
                 if result is not None and (result.rows or result.ddls):
                     log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d in %.1fs (decode %.2fs, write %.2fs)",
                              changefeed_id, batch_id, result.start, result.end, result.rows, result.ddls,
@@ -654,6 +678,23 @@ def replay_start(status: ChangefeedStatus, index: TxnIndex) -> int:
     if checkpoint and status.min_table_barrier_ts == checkpoint and index.ddls_between(checkpoint - 1, checkpoint):
         return checkpoint - 1
     return checkpoint
+
+
+def _warn_cascade(info: ChangefeedInfo, spec: SinkSpec, table: str, how: str) -> None:
+    log.warning(
+        "[SPARKCDC:WarnForeignKeyCascade] changefeed %s: %s changes through %s, but the binlog has no rows "
+        "for what InnoDB cascades, so this %s sink's output lacks them (a consumer replaying it into MySQL "
+        "keeps those rows unchanged); only a MySQL sink re-runs the cascades", info.id, table, how, spec.kind.name)
+
+
+def _warn_cascading_ddls(info: ChangefeedInfo, spec: SinkSpec, index: TxnIndex, start: int, end: int,
+                         table_filter: TableFilter) -> None:
+    """`_warn_cascade` for the cascading foreign keys a batch's replicated DDLs declare."""
+    from sparkcdc.filter.eligibility import declares_cascade
+
+    for ddl in index.ddls_between(start, end):
+        if ddl.table and table_filter.match(ddl.schema, ddl.table) and declares_cascade(ddl.query):
+            _warn_cascade(info, spec, f"{ddl.schema}.{ddl.table}", f"a cascading foreign key ({ddl.query})")
 
 
 def _warn_ineligible(index: TxnIndex, ts: int, config: ReplicaConfig, changefeed_id: str) -> None:

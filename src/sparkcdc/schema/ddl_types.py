@@ -93,6 +93,10 @@ ALLOW_LIST: dict[str, tuple[bool, bool, bool]] = {
     ALTER_TTL_REMOVE: (True, False, True),
     # Not a row of the document's table, but TiDB's multi-schema change job is in ddlWhiteListMap.
     MULTI_SCHEMA_CHANGE: (True, False, True),
+    # In ddlWhiteListMap since TiCDC's "add foreign key and drop foreign key DDL to the white list"
+    # (#12329): a MySQL downstream needs the constraints to re-run the cascades the binlog lacks.
+    ADD_FOREIGN_KEY: (True, False, True),
+    DROP_FOREIGN_KEY: (True, False, True),
 }
 
 # DDLs that are about a database, not one table.

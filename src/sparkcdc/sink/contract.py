@@ -5,7 +5,8 @@ Per micro-batch the writer calls `write_rows` (or `write_arrow`) for each table'
 then `write_ddl` for the batch's DDL and `flush` again, then `write_checkpoint(end)`; `close` when
 the changefeed stops. A sink makes its writes durable by the `flush` before the checkpoint (the
 checkpoint is the resume point), and takes a replayed batch again without harm: delivery is
-at-least-once.
+at-least-once. A sink may take some tables' rows in binlog order instead (`keeps_binlog_order`,
+`write_ordered`, before the `flush`): the MySQL sink, for tables linked by cascading foreign keys.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Sequence
 
-from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.model.events import DDLEvent, OrderedTransaction, RowChange, TableInfo
 
 if TYPE_CHECKING:  # the batch writer's columnar path hands Arrow arrays; a sink need not load pyarrow
     import pyarrow as pa
@@ -38,6 +39,16 @@ class Sink(ABC):
         after of one table version's whole transactions): the same output. Only when
         `accepts_arrow`."""
         raise NotImplementedError(f"{type(self).__name__} does not take Arrow columns")
+
+    def keeps_binlog_order(self, table: TableInfo) -> bool:
+        """Whether `table`'s rows must come through `write_ordered`, not netted or split: every
+        row event in binlog order, across such tables. False by default."""
+        return False
+
+    def write_ordered(self, transactions: Sequence[OrderedTransaction]) -> None:
+        """The rows of `keeps_binlog_order` tables, as whole upstream transactions in commit
+        order (model.events.OrderedTransaction). Only when `keeps_binlog_order` said so."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no table in binlog order")
 
     @abstractmethod
     def write_ddl(self, ddl: DDLEvent) -> None: ...

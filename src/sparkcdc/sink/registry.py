@@ -44,6 +44,9 @@ class SinkKind:
     splits_key_updates: Callable[["SinkSpec"], bool] = lambda spec: False
     # Whether a transaction larger than a micro-batch may reach it over several batches.
     splits_large_transactions: Callable[["SinkSpec"], bool] = lambda spec: True
+    # Whether it re-runs the upstream's foreign-key cascades, which the binlog has no rows for
+    # (MySQL: sink/mysql/foreign_keys.py); changefeeds to the others warn per affected table.
+    reruns_foreign_key_cascades: bool = False
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,10 @@ class OpenOptions:
     retry_seconds: Optional[float] = None
     # Lakehouse: `<namespace>/<id>`, recorded with every table commit.
     changefeed: str = "default/changefeed"
+    # MySQL: what tells this changefeed from an earlier one with the same id (its creation time).
+    # With it, tables linked by cascading foreign keys are written in binlog order, exactly once,
+    # under `<changefeed>@<epoch>`; without it (consumers, `redo apply`) like any other table.
+    changefeed_epoch: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,14 +99,18 @@ class SinkSpec:
         return self.kind.column_selectors
 
     @property
+    def reruns_foreign_key_cascades(self) -> bool:
+        return self.kind.reruns_foreign_key_cascades
+
+    @property
     def supports_consistency(self) -> bool:
         """Whether the redo log ([consistent]) and syncpoints work with this sink."""
         return self.kind.consistency
 
     def open(self, replicating_ts: int = 0, retry_seconds: float | None = None,
-             changefeed: str = "default/changefeed") -> "Sink":
+             changefeed: str = "default/changefeed", changefeed_epoch: str = "") -> "Sink":
         """The sink (sink/contract.py), opened as OpenOptions describes."""
-        return self.kind.open(self, OpenOptions(replicating_ts, retry_seconds, changefeed))
+        return self.kind.open(self, OpenOptions(replicating_ts, retry_seconds, changefeed, changefeed_epoch))
 
 
 # -- the kinds ----------------------------------------------------------------------------------
@@ -125,11 +136,12 @@ def _open_mysql(spec: SinkSpec, options: OpenOptions) -> "Sink":
     from sparkcdc.sink.mysql.connection import RetryPolicy
     from sparkcdc.sink.mysql.sink import MySQLSink
 
+    identity = f"{options.changefeed}@{options.changefeed_epoch}" if options.changefeed_epoch else ""
     if options.retry_seconds is None:
-        return MySQLSink(spec.settings, spec.config, replicating_ts=options.replicating_ts)
+        return MySQLSink(spec.settings, spec.config, replicating_ts=options.replicating_ts, changefeed=identity)
     return MySQLSink(spec.settings, spec.config, replicating_ts=options.replicating_ts,
                      retry=RetryPolicy(max_elapsed=options.retry_seconds),
-                     ddl_retry=RetryPolicy(max_elapsed=options.retry_seconds, max_attempts=20))
+                     ddl_retry=RetryPolicy(max_elapsed=options.retry_seconds, max_attempts=20), changefeed=identity)
 
 
 def _parse_kafka(uri: str, config: ReplicaConfig):
@@ -161,7 +173,8 @@ SINK_KINDS: tuple[SinkKind, ...] = (
              column_selectors=True,
              splits_key_updates=lambda spec: not spec.settings.sink.cloud_storage_config.output_raw_change_event),
     SinkKind("mysql", ("mysql", "mysql+ssl", "tidb", "tidb+ssl"), _parse_mysql, _open_mysql, consistency=True,
-             splits_large_transactions=lambda spec: spec.settings.transaction_atomicity != "table"),
+             splits_large_transactions=lambda spec: spec.settings.transaction_atomicity != "table",
+             reruns_foreign_key_cascades=True),
     SinkKind("kafka", ("kafka", "kafka+ssl"), _parse_kafka, _open_kafka, column_selectors=True,
              splits_key_updates=lambda spec: not spec.settings.output_raw_change_event),
     # One commit per table per batch holds whole transactions (sink/lakehouse/sink.py).

@@ -44,7 +44,7 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrPullerFailed, ErrPullerStalled, SparkCDCError
 from sparkcdc.model import tso
-from sparkcdc.model.events import DDLEvent, TableInfo
+from sparkcdc.model.events import FK_CHECKS_MIXED, FK_CHECKS_OFF, FK_CHECKS_ON, DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import UpstreamConfig, binlog_end, upstream_error
 from sparkcdc.upstream.preflight import preflight
@@ -69,6 +69,9 @@ PULLER_EVENTS = [
     *_ROWS_EVENTS,
 ]
 _STMT_END_F = 0x0001  # a ROWS event's flag: the last event of its statement
+# A ROWS event's flag: its statement ran with foreign_key_checks=0, so InnoDB cascaded nothing
+# (with checks on, the rows it cascaded are not in the binlog either: a MySQL sink re-runs them).
+_NO_FOREIGN_KEY_CHECKS_F = 0x0002
 
 COMPRESSION_FIX = (
     "binlog compression is not supported: set log_bin_compress=OFF (MariaDB) or "
@@ -109,12 +112,22 @@ class _OpenTxn:
     pieces: list[PieceStart] = field(default_factory=list)
     # The TABLE_MAP events of the statement whose ROWS events are being read: table_id -> position.
     statement_maps: dict[int, int] = field(default_factory=dict)
+    # Per ROWS event so far, whether it ran without foreign key checks.
+    unchecked_rows_events: set[bool] = field(default_factory=set)
+
+    @property
+    def foreign_key_checks(self) -> str:
+        if True not in self.unchecked_rows_events:
+            return FK_CHECKS_ON
+        return FK_CHECKS_MIXED if False in self.unchecked_rows_events else FK_CHECKS_OFF
 
     def see_table_map(self, table_id: int, pos: int) -> None:
         self.statement_maps[table_id] = pos
 
     def see_rows(self, table_id: int, flags: int, start: BinlogPosition, piece_bytes: int) -> None:
-        """Cut a new piece at this ROWS event once the current one holds `piece_bytes`."""
+        """Cut a new piece at this ROWS event once the current one holds `piece_bytes`; count
+        how it ran foreign key checks."""
+        self.unchecked_rows_events.add(bool(flags & _NO_FOREIGN_KEY_CHECKS_F))
         piece_start = self.pieces[-1].pos if self.pieces else self.start.pos
         if (start.file == self.start.file and start.pos - piece_start >= piece_bytes
                 and table_id in self.statement_maps):
@@ -465,7 +478,8 @@ class Puller:
         end = BinlogPosition(stream.log_file, event.packet.log_pos)
         commit_ts = tso.next_after(self._last_ts, event.timestamp)
         self._last_ts = commit_ts
-        return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl, tuple(txn.pieces))
+        return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl, tuple(txn.pieces),
+                         txn.foreign_key_checks)
 
     @staticmethod
     def _record(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:

@@ -6,7 +6,7 @@ import re
 from dataclasses import replace
 from typing import Optional
 
-from sparkcdc.model.events import ColumnInfo, TableInfo
+from sparkcdc.model.events import ColumnInfo, ForeignKey, TableInfo
 
 SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
 
@@ -226,3 +226,31 @@ def read_catalog(conn):
         if definition is not None:
             catalog.tables[(schema, table)] = definition
     return catalog
+
+
+_SYSTEM_SCHEMAS = ("mysql", "information_schema", "performance_schema", "sys")
+
+
+def read_foreign_keys(conn) -> list[ForeignKey]:
+    """Every FOREIGN KEY constraint of the server's user tables, with its referential actions."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT k.TABLE_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA, "
+            "k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME, r.DELETE_RULE, r.UPDATE_RULE "
+            "FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r "
+            "ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.TABLE_NAME = k.TABLE_NAME "
+            "AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME "
+            "WHERE k.REFERENCED_TABLE_NAME IS NOT NULL AND k.TABLE_SCHEMA NOT IN %s "
+            "ORDER BY k.TABLE_SCHEMA, k.TABLE_NAME, k.CONSTRAINT_NAME, k.ORDINAL_POSITION",
+            (_SYSTEM_SCHEMAS,))
+        rows = cur.fetchall()
+    constraints: dict[tuple[str, str, str], list] = {}
+    for schema, table, name, column, parent_schema, parent_table, parent_column, on_delete, on_update in rows:
+        entry = constraints.setdefault((schema, table, name), [parent_schema, parent_table, [], [], on_delete,
+                                                               on_update])
+        entry[2].append(column)
+        entry[3].append(parent_column)
+    return [ForeignKey(schema, table, name, tuple(columns), parent_schema, parent_table, tuple(parent_columns),
+                       on_delete, on_update)
+            for (schema, table, name), (parent_schema, parent_table, columns, parent_columns, on_delete, on_update)
+            in constraints.items()]

@@ -17,7 +17,7 @@ from typing import Iterator, NamedTuple, Optional, Sequence
 
 from sparkcdc.errors import ErrStartTsInvalid
 from sparkcdc.model import tso
-from sparkcdc.model.events import DDLEvent, TableInfo
+from sparkcdc.model.events import FK_CHECKS_ON, DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
 
 _SCHEMA = """
@@ -48,7 +48,9 @@ CREATE TABLE IF NOT EXISTS database_versions (
 _ADDED_COLUMNS = {
     "table_versions": [("definition", "TEXT")],  # the schema store's TableDef (indexes, charset)
     "ddls": [("extra", "TEXT")],  # JSON: rename pairs, parse errors, binlog position
-    "txns": [("pieces", "TEXT")],  # JSON: where a large transaction's pieces 1.. begin (PieceStart)
+    # pieces: JSON, where a large transaction's pieces 1.. begin (PieceStart); foreign_key_checks:
+    # NULL when every ROWS event ran with MariaDB's foreign_key_checks, else "off" or "mixed".
+    "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT")],
 }
 
 # A transaction larger than this is cut into pieces of about this many binlog bytes, at ROWS
@@ -81,6 +83,7 @@ class TxnRecord:
     size: int  # bytes of binlog the transaction spans
     is_ddl: bool
     pieces: tuple[PieceStart, ...] = ()  # where pieces 1.. begin; () = one piece, the whole transaction
+    foreign_key_checks: str = FK_CHECKS_ON  # how its ROWS events ran: on, off or mixed (model/events.py)
 
     @property
     def piece_count(self) -> int:
@@ -174,11 +177,11 @@ class TxnIndex:
 
     @staticmethod
     def _record(row) -> TxnRecord:
-        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces = row
+        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces, foreign_key_checks = row
         return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl),
-                         _parse_pieces(pieces))
+                         _parse_pieces(pieces), foreign_key_checks or FK_CHECKS_ON)
 
-    _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces"
+    _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces, foreign_key_checks"
 
     def txns_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnRecord]:
         """The transactions with commit-ts in (lo_exclusive, hi_inclusive], the first `limit` of them."""
@@ -189,6 +192,18 @@ class TxnIndex:
                 (lo_exclusive, hi_inclusive, -1 if limit is None else limit),
             ).fetchall()
         return [self._record(r) for r in rows]
+
+    def txns_at(self, commit_ts: Sequence[int]) -> dict[int, TxnRecord]:
+        """The transactions with these commit-ts (those the index has)."""
+        wanted = sorted(set(commit_ts))
+        found: dict[int, TxnRecord] = {}
+        with self._connect() as conn:
+            for start in range(0, len(wanted), 500):  # SQLite's bound on host parameters
+                chunk = wanted[start:start + 500]
+                rows = conn.execute(f"SELECT {self._TXN_COLUMNS} FROM txns WHERE commit_ts IN "
+                                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
+                found.update((row[0], self._record(row)) for row in rows)
+        return found
 
     def txn_sizes_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnSize]:
         """The sizes of the transactions with commit-ts in (lo_exclusive, hi_inclusive], the first
@@ -416,10 +431,11 @@ class TxnIndex:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl),
-                         _format_pieces(t.pieces))
+                         _format_pieces(t.pieces),
+                         None if t.foreign_key_checks == FK_CHECKS_ON else t.foreign_key_checks)
                         for t in txns
                     ],
                 )

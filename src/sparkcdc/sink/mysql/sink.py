@@ -12,6 +12,9 @@ worker rolls back and writes the same transactions idempotently.
 
 Transactions come either as RowChanges (`write_rows`) or, from the batch writer's columnar path,
 as Arrow columns (`write_arrow`, columnar.py): both give the same conflict keys and SQL text.
+Tables that the downstream's foreign keys link to a cascading one come un-netted in binlog order
+instead (`write_ordered`) and are written exactly once, with the upstream's cascades re-run
+downstream (foreign_keys.py).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ import pymysql
 
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrExecDDLFailed, ErrMySQLConnectionError, ErrMySQLTxnError, SparkCDCError
-from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.model.events import FK_CHECKS_MIXED, DDLEvent, OrderedTransaction, RowChange, TableInfo
+from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.tso import physical_ms
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.sink.contract import Sink
@@ -58,7 +62,16 @@ from sparkcdc.sink.mysql.connection import (
     detect_flavor,
 )
 from sparkcdc.sink.mysql.error_codes import error_number, is_ddl_already_applied, is_retryable
+from sparkcdc.sink.mysql.foreign_keys import (
+    CREATE_PROGRESS_TABLE,
+    PROGRESS_SCHEMA,
+    READ_PROGRESS,
+    CascadeGroups,
+    OrderedWork,
+    Progress,
+)
 from sparkcdc.sink.mysql.sql import RESET_TIMESTAMP, PlanOptions, Statement, ddl_prelude, plan_transaction
+from sparkcdc.upstream.schema_reader import read_foreign_keys
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +102,14 @@ class TableMeta:
 @dataclass
 class _Work:
     ticket: Ticket
-    info: TableInfo
-    rows: Sequence[RowChange] | ArrowTransaction
+    info: Optional[TableInfo]  # None for an OrderedWork, whose changes carry their tables
+    rows: Sequence[RowChange] | ArrowTransaction | OrderedWork
     idempotent: bool  # replay window or safe mode
     unique_keys: tuple[tuple[str, ...], ...]
+
+
+# The one conflict key of every ordered transaction: they run one at a time, in commit order.
+_ORDERED_KEY = 0x0F0E0D0C
 
 
 def _transactions(rows: Sequence[RowChange]) -> list[list[RowChange]]:
@@ -159,12 +176,16 @@ class _Writer(threading.Thread):
             options = sink.plan_options(idempotent)
             if isinstance(item.rows, ArrowTransaction):
                 statements = item.rows.plan(options, item.unique_keys)
+            elif isinstance(item.rows, OrderedWork):
+                statements = item.rows.plan(options)
             else:
                 statements = plan_transaction(item.info, item.rows, options, item.unique_keys)
-            for statement in statements:
+            # An ordered transaction commits whole, with its progress row.
+            whole = isinstance(item.rows, OrderedWork)
+            for position, statement in enumerate(statements):
                 # transaction-atomicity=none may cut a large transaction at statement borders;
                 # =table keeps each upstream transaction whole in one downstream transaction.
-                if (sink.config.transaction_atomicity == "none" and chunks[-1]
+                if (sink.config.transaction_atomicity == "none" and chunks[-1] and (position == 0 or not whole)
                         and rows_in_chunk + statement.rows > sink.config.max_txn_row):
                     chunks.append([])
                     rows_in_chunk = 0
@@ -187,6 +208,8 @@ class _Writer(threading.Thread):
                 return
             except pymysql.err.MySQLError as exc:
                 self._rollback()
+                if any(isinstance(item.rows, OrderedWork) for item in batch):
+                    self._close()  # the session may be left with foreign_key_checks on
                 if error_number(exc) == DUPLICATE_ENTRY and not force_idempotent:
                     log.warning("duplicate key while applying %d transaction(s): writing them again "
                                 "idempotently (a replay of rows already downstream): %s", len(batch), exc)
@@ -257,6 +280,10 @@ class _DDLSession:
 class MySQLSink(Sink):
     """The sink for mysql://, mysql+ssl://, tidb://, tidb+ssl:// downstreams.
 
+    `changefeed` names the changefeed whose rows this sink writes; with it, tables linked by
+    cascading foreign keys are written in binlog order, exactly once (foreign_keys.py). Without
+    it (the consumers, `redo apply`) they are written like any other table.
+
     `test_only_flavor` (TEST-ONLY) replaces the flavour tidb_version() detected, so tests can run
     the TiDB-only paths (background ADD INDEX, multi-row UPDATE) against MariaDB.
     """
@@ -272,9 +299,14 @@ class MySQLSink(Sink):
         async_ddl_grace: float = ASYNC_DDL_GRACE_SECONDS,
         index_job_poll_interval: float = SERVER_JOB_POLL_SECONDS,
         test_only_flavor: Optional[DownstreamFlavor] = None,
+        changefeed: str = "",
     ):
         self.config: MySQLSinkConfig = (
             sink_uri if isinstance(sink_uri, MySQLSinkConfig) else parse_mysql_sink_uri(sink_uri, config))
+        self.changefeed = changefeed
+        self._cascade_groups: Optional[CascadeGroups] = None  # read when needed; dropped at each DDL
+        self._progress: Optional[Progress] = None
+        self._progress_read = False
         self.replicating_ts = replicating_ts
         self.retry = retry
         self.ddl_retry = ddl_retry
@@ -402,6 +434,56 @@ class MySQLSink(Sink):
             self._writers[ticket.worker].queue.put(_Work(ticket, table, transaction, idempotent, meta.unique_keys))
             self._raise_if_failed()
 
+    def keeps_binlog_order(self, table: TableInfo) -> bool:
+        """Whether `table`'s rows must come through `write_ordered`: the downstream's foreign
+        keys link it to a cascading one, and this sink writes a changefeed's rows."""
+        return bool(self.changefeed) and self._groups().ordered(table.schema, table.table)
+
+    def _groups(self) -> CascadeGroups:
+        if self._cascade_groups is None:
+            self._cascade_groups = CascadeGroups(self._with_retry(
+                "reading the downstream's foreign keys", read_foreign_keys, self.retry))
+        return self._cascade_groups
+
+    def write_ordered(self, transactions: Sequence[OrderedTransaction]) -> None:
+        """Queue upstream transactions of `keeps_binlog_order` tables, in commit order: each
+        one's changes in binlog order, on one worker after the other, what is already
+        downstream skipped (foreign_keys.py)."""
+        self._raise_if_failed()
+        progress = self._read_progress()
+        groups = self._groups()
+        for transaction in transactions:
+            end = BinlogPosition.parse(transaction.end_position)
+            pending = progress.pending(end, transaction.changes) if progress else list(transaction.changes)
+            if not pending:
+                continue
+            if transaction.foreign_key_checks == FK_CHECKS_MIXED:
+                log.warning("transaction at %s (commit-ts %d) ran some row events with foreign_key_checks=0 and "
+                            "some with 1; applying it with the checks, so the cascades of the unchecked ones run too",
+                            transaction.end_position, transaction.commit_ts)
+            work = OrderedWork(self.changefeed, transaction.commit_ts, end, transaction.foreign_key_checks,
+                               tuple(pending), groups)
+            ticket = self.detector.acquire({_ORDERED_KEY})
+            self._writers[ticket.worker].queue.put(_Work(ticket, None, work, self.config.safe_mode, ()))
+            self._raise_if_failed()
+
+    def _read_progress(self) -> Optional[Progress]:
+        """This changefeed's ordered progress downstream (its table created on first use)."""
+        if self._progress_read:
+            return self._progress
+
+        def read(connection) -> Optional[Progress]:
+            with connection.cursor() as cursor:
+                cursor.execute(f"CREATE DATABASE IF NOT EXISTS {PROGRESS_SCHEMA}")
+                cursor.execute(CREATE_PROGRESS_TABLE)
+                cursor.execute(READ_PROGRESS, (self.changefeed,))
+                row = cursor.fetchone()
+            return Progress(BinlogPosition(row[0], int(row[1])), int(row[2])) if row else None
+
+        self._progress = self._with_retry("reading the ordered progress", read, self.retry)
+        self._progress_read = True
+        return self._progress
+
     def flush(self) -> None:
         """Return once everything written so far is committed downstream."""
         self.detector.wait_idle()
@@ -417,6 +499,7 @@ class MySQLSink(Sink):
         an index DDL may return while it still builds; a later DDL on its table waits for it."""
         self.flush()
         self._meta.clear()
+        self._cascade_groups = None  # the DDL may add or drop a foreign key
         self._index_builds.wait_before(ddl)
         if self.flavor is DownstreamFlavor.TIDB and ddl.ddl_type in ASYNC_DDL_TYPES:
             self._index_builds.start(ddl)

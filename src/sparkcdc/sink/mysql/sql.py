@@ -95,6 +95,14 @@ def insert_sql(info: TableInfo, images: Sequence[Image], replace: bool = False) 
     return Statement(sql, tuple(args), len(images))
 
 
+def upsert_sql(info: TableInfo, images: Sequence[Image]) -> Statement:
+    """INSERT ... ON DUPLICATE KEY UPDATE `a`=VALUES(`a`), ...: a row with the same key is
+    overwritten in place, never deleted (REPLACE deletes it, which runs ON DELETE actions)."""
+    insert = insert_sql(info, images)
+    updates = ", ".join(f"{quote_name(c.name)}=VALUES({quote_name(c.name)})" for _, c in writable_columns(info))
+    return Statement(f"{insert.sql} ON DUPLICATE KEY UPDATE {updates}", insert.args, insert.rows)
+
+
 def delete_row_sql(info: TableInfo, before: Image) -> Statement:
     """DELETE FROM `db`.`t` WHERE `id` = ? LIMIT 1"""
     where, args = where_clause(info, before)
