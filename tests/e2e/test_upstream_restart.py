@@ -31,6 +31,7 @@ import pymysql
 import pytest
 
 from sparkcdc.consumer.storage_reader import checkpoint_ts
+from sparkcdc.model import tso
 from sparkcdc.testing.compare import wait_tables_equal
 from sparkcdc.testing.etcd import EtcdServer, etcd_binary
 from sparkcdc.testing.ha import ThrottledLoad, wait_until
@@ -264,6 +265,11 @@ def resume_past_a_purged_binlog(upstream: MariaDBServer, server: ServerProcess, 
     server.cli("changefeed", "pause", "-c", "up-storage")
     workload.conn = upstream.connect()
     workload.run(3)  # changes the changefeed will never see
+    # The running changefeed reads past them first: its batches read whole binlog ranges, other
+    # databases' transactions included, and a purge under it would fail it the same way.
+    now = server.api("POST", "/api/v2/tso")
+    wait_until(lambda: int(server.api("GET", "/api/v2/changefeeds/up-mysql")["checkpoint_ts"])
+               >= tso.compose(now["timestamp"], now["logic_time"]), 60, "up-mysql to pass the last writes")
     oldest = upstream.purge_binlogs()
     refused = server.cli("changefeed", "resume", "-c", "up-storage", check=False)
     assert refused.returncode != 0 and "[SPARKCDC:ErrBinlogPurged]" in refused.stderr, refused.stderr
