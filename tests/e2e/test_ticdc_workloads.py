@@ -111,6 +111,16 @@ def wait_until(predicate, what: str, timeout: float = 180.0) -> None:
         time.sleep(0.5)
 
 
+def replay_storage(server: ServerProcess, files: str, replayed: MariaDBServer) -> None:
+    """Once the storage changefeed has passed everything upstream has now, `sparkcdc consumer
+    storage --once` replays its output into `replayed`."""
+    reached = TxnIndex(os.path.join(server.data_dir, "txn-index.sqlite")).resolved_ts()
+    wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass upstream's position")
+    consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
+                            "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once")
+    assert consumer.returncode == 0, consumer.stderr[-3000:]
+
+
 @pytest.fixture(scope="module")
 def servers(mariadb, mariadb_factory_module, tmp_path_factory):
     """The sparkcdc server on the session upstream, a MySQL downstream and a storage replay target."""
@@ -183,12 +193,7 @@ def test_every_key_type_replicates_exactly_through_pauses_and_resumes(mariadb, s
     wait_for_row(down, KEYS_DB, "finish_mark")
     wait_tables_equal(up, down, KEYS_DB, tables)
 
-    index = TxnIndex(os.path.join(server.data_dir, "txn-index.sqlite"))
-    reached = index.resolved_ts()
-    wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass the finish mark")
-    consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
-                            "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once")
-    assert consumer.returncode == 0, consumer.stderr[-3000:]
+    replay_storage(server, files, replayed)
     wait_tables_equal(up, replayed.connect(), KEYS_DB, tables, timeout=10)
 
     # A query stopped while it starts strands Spark's source process, which fails 15 s later.
@@ -250,12 +255,7 @@ def test_sequences_are_not_replicated_and_every_other_change_is(mariadb, servers
     wait_tables_equal(up, down, SEQUENCE_DB, tables)
     assert tables_of(down, SEQUENCE_DB) == sorted(tables), "the sequence itself is not replicated"
 
-    index = TxnIndex(os.path.join(server.data_dir, "txn-index.sqlite"))
-    reached = index.resolved_ts()
-    wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass the finish mark")
-    consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
-                            "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once")
-    assert consumer.returncode == 0, consumer.stderr[-3000:]
+    replay_storage(server, files, replayed)
     replayed_conn = replayed.connect()
     wait_tables_equal(up, replayed_conn, SEQUENCE_DB, tables, timeout=10)
     assert tables_of(replayed_conn, SEQUENCE_DB) == sorted(tables)
@@ -364,11 +364,7 @@ def test_foreign_key_cascades_reach_a_mysql_downstream_exactly_once(mariadb, ser
     wait_tables_equal(up, down, FK_DB, tables)
 
     # File storage: the cascading tables are named in a warning; the others rebuild equal.
-    reached = index.resolved_ts()
-    wait_until(lambda: checkpoint_ts(files) >= reached, "the storage checkpoint to pass finish mark 2")
-    consumer = run_sparkcdc("consumer", "storage", "--upstream-uri", files,
-                            "--downstream-uri", f"mysql://root@127.0.0.1:{replayed.port}/", "--once")
-    assert consumer.returncode == 0, consumer.stderr[-3000:]
+    replay_storage(server, files, replayed)
     wait_tables_equal(up, replayed.connect(), FK_DB, [t for t in tables if t not in CASCADED], timeout=10)
     logged = log_since(os.path.join(server.data_dir, "server.log"), 0)
     for table in CASCADED:

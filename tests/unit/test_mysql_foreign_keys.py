@@ -14,6 +14,7 @@ from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.mysql.foreign_keys import CHECKS_OFF, CHECKS_ON, CascadeGroups, OrderedWork, Progress, plan_in_order
 from sparkcdc.sink.mysql.sql import PlanOptions
 from sparkcdc.upstream.txn_index import TxnRecord
+from test_pipeline_planning import FakeIndex  # the planning tests' index
 
 KEYS = [
     ForeignKey("db", "child", "fk_c", ("pid",), "db", "parent", ("id",), on_delete="CASCADE"),
@@ -144,6 +145,14 @@ def test_the_puller_records_how_each_transaction_ran_foreign_key_checks(tmp_path
         {5: "on", 6: "off", 7: "mixed"}
 
 
+class _BatchIndex(FakeIndex, _Index):
+    """What write_batch reads of the index, with the transactions `txns_at` finds."""
+
+    def __init__(self, tables, records):
+        FakeIndex.__init__(self, [], 20, tables=tables)
+        _Index.__init__(self, records)
+
+
 class _OrderingSink(Sink):
     """Keeps `ordered` tables in binlog order, as the MySQL sink does for cascade groups."""
 
@@ -172,15 +181,10 @@ class _OrderingSink(Sink):
 def test_write_batch_hands_ordered_tables_over_unnetted_in_binlog_order():
     from sparkcdc.pipeline.batch_sink import write_batch
     from sparkcdc.model.change_batch import RANGE_MARKER
-    from test_pipeline_planning import FakeIndex, batch_table
-
-    class Index(FakeIndex, _Index):
-        def __init__(self, tables, records):
-            FakeIndex.__init__(self, [], 20, tables=tables)
-            _Index.__init__(self, records)
+    from test_pipeline_planning import batch_table
 
     position = BinlogPosition("mysql-bin.000001", 4)
-    index = Index([table("parent"), table("child"), table("other")],
+    index = _BatchIndex([table("parent"), table("child"), table("other")],
                   [TxnRecord(ts, None, position, BinlogPosition("mysql-bin.000001", ts * 10), 1, False)
                    for ts in (10, 20)])
     batch = batch_table([
@@ -205,16 +209,11 @@ def test_write_batch_hands_ordered_tables_over_unnetted_in_binlog_order():
 def test_with_a_redo_log_ordered_tables_are_logged_netted_and_reach_the_sink_once_durable():
     from sparkcdc.pipeline.batch_sink import write_batch
     from sparkcdc.model.change_batch import RANGE_MARKER
-    from test_pipeline_planning import FakeIndex, batch_table
+    from test_pipeline_planning import batch_table
     from test_redo import RecordingRedo
 
-    class Index(FakeIndex, _Index):
-        def __init__(self, tables, records):
-            FakeIndex.__init__(self, [], 20, tables=tables)
-            _Index.__init__(self, records)
-
     position = BinlogPosition("mysql-bin.000001", 4)
-    index = Index([table("parent"), table("other")],
+    index = _BatchIndex([table("parent"), table("other")],
                   [TxnRecord(10, None, position, BinlogPosition("mysql-bin.000001", 100), 1, False)])
     batch = batch_table([
         (20, 9, "", "", RANGE_MARKER, None, None),
