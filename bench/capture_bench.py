@@ -164,9 +164,11 @@ def anchor_schema_history(server: ServerProcess, start_ts: int, sink_dir: str) -
     return start_ts + 1
 
 
-def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = False) -> ServerProcess:
+def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = False,
+                 extra_args: tuple[str, ...] = ()) -> ServerProcess:
     """A server on `directory`; with `warm`, returned once its Spark warm-up (pipeline/warmup.py) has
-    ended, so a changefeed created next runs on a warm session as on a long-running server."""
+    ended, so a changefeed created next runs on a warm session as on a long-running server.
+    `extra_args`: more `sparkcdc server` flags (e.g. --metrics off)."""
     saved = os.environ.get("SPARKCDC_PURE_PYTHON_DECODER")
     if decoder == "pure":
         os.environ["SPARKCDC_PURE_PYTHON_DECODER"] = "1"
@@ -175,7 +177,7 @@ def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = F
     try:
         log_path = os.path.join(directory, "server.log")
         log_offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-        server = ServerProcess(directory, upstream_uri, log_path=log_path).start()
+        server = ServerProcess(directory, upstream_uri, log_path=log_path, extra_args=extra_args).start()
         if warm:
             _wait_warm_up(log_path, log_offset)
         return server

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3]
         [--workload sysbench|single-row|wide|tables1000]
-        [--tools debezium,flink-cdc,mysql-replication,sparkcdc] [--sparkcdc-start cold|warm]
+        [--tools debezium,flink-cdc,mysql-replication,sparkcdc,sparkcdc-no-metrics] [--sparkcdc-start cold|warm]
 
 A private MariaDB gets one workload of bench/peers/workloads.py: sysbench-shaped rows (60% inserts
 in 100-row transactions, 30% updates, 10% deletes; bench/capture_bench.py's), the same as
@@ -16,7 +16,10 @@ whole binlog from its start (catch-up mode):
                      (bench/peers/java/flink-cdc), Debezium JSON per record, counted;
   mysql-replication  plain python-mysql-replication in one process, rows to JSON;
   sparkcdc           a changefeed to the file storage sink (canal-json + TiDB extension), until
-                     its checkpoint passes the last transaction (capture_bench.run_changefeed).
+                     its checkpoint passes the last transaction (capture_bench.run_changefeed), with
+                     /metrics scraped every second while it runs (Prometheus scrapes every 15 s);
+  sparkcdc-no-metrics  the same on a server started with `--metrics off`: next to `sparkcdc`, the
+                     cost of metrics (docs/operations.md; the target is < 3% of rows/s).
 The Java projects are built here on demand with Maven from Maven Central (needs mvn and Java 17;
 not run by CI). Prints rows/s (from process start for the peers, from `changefeed create` for sparkcdc: each
 includes its start-up), CPU seconds and peak RSS of each tool's process tree, the ratio of sparkcdc
@@ -38,7 +41,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
@@ -52,7 +57,26 @@ from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
 JAVA_PROJECTS = os.path.join(HERE, "java")
-TOOLS = ("debezium", "flink-cdc", "mysql-replication", "sparkcdc")
+TOOLS = ("debezium", "flink-cdc", "mysql-replication", "sparkcdc", "sparkcdc-no-metrics")
+SPARKCDC_TOOLS = ("sparkcdc", "sparkcdc-no-metrics")
+SCRAPE_SECONDS = 1.0
+
+
+class MetricsScraper(threading.Thread):
+    """GET /metrics every SCRAPE_SECONDS while a sparkcdc run goes on, as Prometheus would."""
+
+    def __init__(self, url: str):
+        super().__init__(daemon=True)
+        self.url, self.done, self.scrapes = url, threading.Event(), 0
+
+    def run(self) -> None:
+        while not self.done.wait(SCRAPE_SECONDS):
+            try:
+                with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
+                    response.read()
+                self.scrapes += 1
+            except OSError:
+                pass
 
 
 def build_java(project: str) -> str:
@@ -118,7 +142,7 @@ def main() -> int:
     base = tempfile.mkdtemp(prefix="sparkcdc-peers-")
     data_dir = os.path.join(base, "cdc")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
-    server = start_server(data_dir, mariadb.uri, "native") if "sparkcdc" in tools else None
+    server = start_server(data_dir, mariadb.uri, "native") if set(SPARKCDC_TOOLS) & set(tools) else None
     server_stopped = False
     try:
         print(f"load average before: {os.getloadavg()}", flush=True)
@@ -161,18 +185,28 @@ def main() -> int:
                                                             first_pos=first_pos, last=file, last_pos=pos)
                     elapsed, cpu, peak, detail = run_measured([sys.executable, "-c", script], rows, work_dir, tool)
                 else:
-                    if server is None or server_stopped:
-                        server = start_server(data_dir, mariadb.uri, "native", warm=args.sparkcdc_start == "warm")
-                        server_stopped = False
-                    sink_dir = os.path.join(base, f"out-{round_number}")
+                    metrics = tool == "sparkcdc"
+                    if server is not None and not server_stopped:
+                        server.stop()
+                    server = start_server(data_dir, mariadb.uri, "native", warm=args.sparkcdc_start == "warm",
+                                          extra_args=() if metrics else ("--metrics", "off"))
+                    server_stopped = False
+                    scraper = MetricsScraper(server.url) if metrics else None
+                    if scraper is not None:
+                        scraper.start()
+                    sink_dir = os.path.join(base, f"out-{tool}-{round_number}")
                     elapsed, cpu, peak = run_changefeed(server, f"peers-{round_number}", start_ts, end_ts, sink_dir,
                                                         "canal-json")
+                    if scraper is not None:
+                        scraper.done.set()
                     server.stop()
                     server_stopped = True
                     written = output_rows(sink_dir, "canal-json")
                     if written != rows:
                         raise SystemExit(f"sparkcdc wrote {written} row changes, expected {rows}")
                     detail = f"{written} rows in the sink; {args.sparkcdc_start} start"
+                    if scraper is not None:
+                        detail += f"; /metrics scraped {scraper.scrapes} times"
                 results[tool].append((elapsed, cpu, peak))
                 print(f"round {round_number} {tool}: {rows / elapsed:,.0f} rows/s, {elapsed:.1f}s, CPU {cpu:.1f}s, "
                       f"peak RSS {peak / 2**20:,.0f} MiB; {detail}", flush=True)
@@ -191,6 +225,9 @@ def main() -> int:
             for tool in tools:
                 if tool != "sparkcdc":
                     print(f"sparkcdc / {tool}: {rates['sparkcdc'] / rates[tool]:.2f}")
+        if "sparkcdc" in rates and "sparkcdc-no-metrics" in rates:
+            print(f"cost of metrics: {100 * (1 - rates['sparkcdc'] / rates['sparkcdc-no-metrics']):.1f}% of rows/s "
+                  "(target < 3%)")
     finally:
         if server is not None and not server_stopped:
             server.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from sparkcdc.diff import DiffOptions, diff_endpoints
 from sparkcdc.errors import ErrMySQLConnectionError
+from sparkcdc.observability.progress import Progress
 
 TABLES = [
     """CREATE TABLE kinds (
@@ -52,10 +54,14 @@ def _run(source, target, **options) -> "DiffReport":
 
 def test_equal_tables_report_no_difference(endpoints):
     source, target = endpoints
-    report = _run(source, target)
+    progress = Progress("diff", stream=io.StringIO(), terminal=False)
+    report = diff_endpoints(source.uri, target.uri, DiffOptions(filter_rules=("dif.*",), chunk_size=40),
+                            rows_progress=progress)
     assert report.equal, report.summary()
     kinds = next(t for t in report.tables if t.table == "kinds")
     assert kinds.chunks == 7 and kinds.source_rows == kinds.target_rows == 250
+    # The progress counts every source row compared, against the server's estimate of them.
+    assert progress.done == sum(t.source_rows for t in report.tables) and progress.total > 0
 
 
 def test_injected_differences_are_reported_row_by_row(endpoints):

@@ -126,3 +126,25 @@ def test_client_context_needs_cert_and_key_together(pki):
         client_ssl_context(pki["ca"], cert_path=pki["client"].cert)
     assert client_ssl_context() is None
     assert isinstance(client_ssl_context(pki["ca"]), ssl.SSLContext)
+
+
+def test_metrics_and_the_status_page_take_the_apis_tls_and_client_certificates(tmp_path, pki):
+    from test_observability import FakeObservability
+
+    security = SecurityConfig(ca_path=pki["ca"], cert_path=pki["server"].cert, key_path=pki["server"].key,
+                              cert_allowed_cn=("cdc-client",)).validate()
+    api = serve("127.0.0.1:0", MetaStore(str(tmp_path / "meta.sqlite")), FakeController(), security,
+                observability=FakeObservability())
+    api.start()
+    try:
+        good = APIClient(api.url, ssl_context=client_ssl_context(pki["ca"], pki["client"].cert, pki["client"].key))
+        assert good.metrics().startswith("# HELP")
+        assert good.request("GET", "/dashboard/data") == {"changefeeds": []}
+        for context in (client_ssl_context(pki["ca"], pki["other_cn"].cert, pki["other_cn"].key),
+                        client_ssl_context(pki["ca"])):  # a CN not allowed; no client certificate
+            with pytest.raises(errors.ErrServerUnreachable):
+                APIClient(api.url, ssl_context=context, timeout=5).metrics()
+        with pytest.raises(errors.ErrServerUnreachable):  # plain HTTP to the TLS port
+            APIClient(api.url.replace("https", "http"), timeout=5).metrics()
+    finally:
+        api.shutdown()

@@ -35,9 +35,12 @@ class APIClient:
         self._ssl_context = ssl_context
         self._authorization = ("Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()) if user else None
 
-    def request(self, method: str, path: str, body: Any = None, query: dict | None = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None, query: dict | None = None,
+                server: Optional[str] = None, raw: bool = False) -> Any:
+        """The route's JSON answer (its bytes when `raw`), from `server` (another capture of the
+        cluster, same TLS and credentials) or this client's server."""
         params = {k: v for k, v in (query or {}).items() if v is not None}
-        url = self.server + path + (("?" + urlencode(params)) if params else "")
+        url = (server or self.server) + path + (("?" + urlencode(params)) if params else "")
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(url, data=data, method=method)
         if data is not None:
@@ -54,6 +57,8 @@ class APIClient:
             raise errors.ErrServerUnreachable(
                 f"cannot reach the sparkcdc server at {self.server} ({reason}); is `sparkcdc server` "
                 f"running there? Pass its address with --server") from None
+        if raw:
+            return payload
         return json.loads(payload) if payload else {}
 
     # -- the routes the CLI uses ---------------------------------------------------------------
@@ -81,6 +86,13 @@ class APIClient:
     def resume_changefeed(self, changefeed_id: str, overwrite_checkpoint_ts: int | str, namespace: str) -> dict:
         return self.request("POST", _cf(changefeed_id) + "/resume",
                             {"overwrite_checkpoint_ts": overwrite_checkpoint_ts}, {"namespace": namespace})
+
+    def metrics(self, address: Optional[str] = None) -> str:
+        """The Prometheus metrics of this server, or of the capture at `address` (host:port)."""
+        server = None
+        if address is not None:
+            server = self.server.split("://", 1)[0] + "://" + address
+        return self.request("GET", "/metrics", server=server, raw=True).decode("utf-8")
 
     def list_captures(self) -> dict:
         return self.request("GET", "/api/v2/captures")

@@ -221,6 +221,30 @@ PATHS: dict[str, dict] = {
 }
 
 
+def _page(summary: str, content_type: str) -> dict:
+    """A GET that answers something other than JSON (404 when the server runs with --metrics off)."""
+    return {"get": {"summary": summary, "parameters": [], "responses": {
+        "200": {"description": "OK", "content": {content_type: {"schema": {"type": "string"}}}},
+        "404": {"description": "the server runs with --metrics off",
+                "content": {"application/json": {"schema": _ref("HTTPError")}}}}}}
+
+
+# Not TiCDC's Open API, but served on its address (docs/operations.md).
+PATHS.update({
+    "/metrics": _page("Prometheus metrics of this capture (text format 0.0.4)", "text/plain"),
+    "/": {"get": {"summary": "redirects to the status page", "parameters": [],
+                  "responses": {"302": {"description": "Location: /dashboard"}}}},
+    "/dashboard": _page("the status page", "text/html"),
+    "/dashboard/data": {"get": {"summary": "the status page's data: changefeeds with state, checkpoint, lag, "
+                                           "rows/s, last error and recent history; captures and the owner",
+                                "parameters": [], "responses": {
+                                    "200": {"description": "OK", "content": {"application/json": {
+                                        "schema": {"type": "object"}}}},
+                                    "404": {"description": "the server runs with --metrics off",
+                                            "content": {"application/json": {"schema": _ref("HTTPError")}}}}}},
+})
+
+
 def openapi_document() -> dict:
     return {
         "openapi": "3.0.3",

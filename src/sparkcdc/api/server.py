@@ -42,6 +42,8 @@ MAX_BODY_BYTES = 16 << 20
 # (100,000 nested `[` used to end in a RecursionError and a 500).
 MAX_JSON_DEPTH = 32
 OPENAPI_PATH = "/api/v2/openapi.json"
+METRICS_PATH = "/metrics"
+DASHBOARD_PATH = "/dashboard"
 MAX_TS = (1 << 63) - 1  # timestamps are stored as signed 64-bit integers (SQLite, etcd JSON readers)
 # POST routes that change nothing: open without a client user, as in TiCDC.
 READ_ONLY_POSTS = frozenset({"/api/v2/tso", "/api/v2/verify_table"})
@@ -77,6 +79,15 @@ class ChangefeedController(Protocol):
     def puller_state(self) -> dict: ...
     def last_synced_ts(self, checkpoint_ts: int) -> int: ...
     def metadata(self) -> list[tuple[str, str]]: ...
+
+
+class Observability(Protocol):
+    """The capture's metrics and status page data (sparkcdc.server.observer.CaptureObserver)."""
+
+    content_type: str  # of the metrics exposition
+
+    def metrics_exposition(self) -> bytes: ...
+    def overview(self) -> dict: ...
 
 
 class _Request:
@@ -123,10 +134,13 @@ class _Request:
 
 
 class _Response:
-    def __init__(self, status: int, body: Any, headers: Optional[dict[str, str]] = None):
+    def __init__(self, status: int, body: Any, headers: Optional[dict[str, str]] = None,
+                 content_type: Optional[str] = None):
+        """`body` is a JSON document, or bytes sent as they are with `content_type`."""
         self.status = status
         self.body = body
         self.headers = headers or {}
+        self.content_type = content_type
 
 
 def _ok(body: Any = None) -> _Response:
@@ -158,9 +172,11 @@ def _now_iso() -> str:
 class OpenAPI:
     """The route handlers; transport-free so the HTTP layer stays a thin shell."""
 
-    def __init__(self, store: MetaStore, controller: ChangefeedController, security: SecurityConfig = SecurityConfig()):
+    def __init__(self, store: MetaStore, controller: ChangefeedController, security: SecurityConfig = SecurityConfig(),
+                 observability: Optional[Observability] = None):
         self.store = store
         self.controller = controller
+        self.observability = observability
         # How this capture calls the owner: the same TLS files it serves with (TiCDC does the same).
         self._forward_scheme = "https" if security.tls_enabled else "http"
         self._forward_context = (client_ssl_context(security.ca_path, security.cert_path, security.key_path)
@@ -192,8 +208,12 @@ class OpenAPI:
             ("GET", OPENAPI_PATH, self.openapi_document),
             ("POST", r"/api/v2/tso", self.query_tso),
             ("POST", r"/api/v2/verify_table", self.verify_table),
+            ("GET", METRICS_PATH, self.metrics),
+            ("GET", r"/", self.root),
+            ("GET", DASHBOARD_PATH, self.dashboard),
+            ("GET", DASHBOARD_PATH + r"/data", self.dashboard_data),
         ]:
-            self._routes.append((method, re.compile(pattern.rstrip("/") + r"/?$"), handler))
+            self._routes.append((method, re.compile((pattern.rstrip("/") or "/") + r"/?$"), handler))
 
     def dispatch(self, request: _Request) -> _Response:
         try:
@@ -218,6 +238,32 @@ class OpenAPI:
         except Exception as exc:  # a bug must not kill the server; say what happened
             log.exception("API handler failed on %s %s", request.method, request.path)
             return _error_response(500, errors.SparkCDCError.code, mask_text(f"internal error: {exc}"))
+
+    # -- metrics and the status page ---------------------------------------------------------
+    def _observability(self) -> Observability:
+        if self.observability is None:
+            raise errors.ErrAPINotFound("metrics and the status page are off on this server (sparkcdc server "
+                                        "--metrics off); start it with --metrics on")
+        return self.observability
+
+    def metrics(self, request: _Request) -> _Response:
+        """Prometheus's text format (docs/operations.md lists the metrics)."""
+        observability = self._observability()
+        return _Response(200, observability.metrics_exposition(), content_type=observability.content_type)
+
+    def root(self, request: _Request) -> _Response:
+        return _Response(302, b"", headers={"Location": DASHBOARD_PATH}, content_type="text/plain; charset=utf-8")
+
+    def dashboard(self, request: _Request) -> _Response:
+        """The status page: one static HTML file that polls /dashboard/data (no build step)."""
+        from sparkcdc.api.dashboard import dashboard_html
+
+        self._observability()
+        return _Response(200, dashboard_html(), content_type="text/html; charset=utf-8",
+                         headers={"Cache-Control": "no-store"})
+
+    def dashboard_data(self, request: _Request) -> _Response:
+        return _ok(self._observability().overview())
 
     # -- server ------------------------------------------------------------------------------
     def health(self, request: _Request) -> _Response:
@@ -653,9 +699,12 @@ class _Handler(BaseHTTPRequestHandler):
                  (time.monotonic() - started) * 1000, self.client_address[0])
 
     def _send_json(self, response: _Response) -> None:
-        payload = json.dumps(response.body).encode()
+        if response.content_type is not None:
+            payload, content_type = response.body, response.content_type
+        else:
+            payload, content_type = json.dumps(response.body).encode(), "application/json; charset=utf-8"
         self.send_response(response.status)
-        self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         if response.status == 401:
             self.send_header("WWW-Authenticate", 'Basic realm="sparkcdc"')
@@ -780,11 +829,11 @@ class ApiServer:
 
 
 def serve(addr: str, store: MetaStore, controller: ChangefeedController, security: SecurityConfig = SecurityConfig(),
-          verify_user: Optional[UserVerifier] = None) -> ApiServer:
+          verify_user: Optional[UserVerifier] = None, observability: Optional[Observability] = None) -> ApiServer:
     """Bind the Open API on `addr` ("host:port"; port 0 picks a free one). Call .start() to serve."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
         raise errors.ErrAPIInvalidParam(f"--addr {addr!r} must be host:port, e.g. 127.0.0.1:8300")
     security = security.validate()
-    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller, security), security,
-                     verify_user)
+    return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller, security, observability),
+                     security, verify_user)

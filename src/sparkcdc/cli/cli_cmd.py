@@ -94,7 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     processor_query.add_argument("-p", "--capture-id", required=True)
     processor_query.set_defaults(func=_processor_query)
 
-    statistics = add("statistics", _statistics, "print the changefeed's sink and replication gaps every interval")
+    statistics = add("statistics", _statistics, "print the changefeed's rows/s, rows written, gaps and checkpoint "
+                                                "every interval")
     statistics.add_argument("-c", "--changefeed-id", required=True)
     statistics.add_argument("-I", "--interval", type=int, default=10, help="seconds between outputs (default 10)")
     statistics.add_argument("--iterations", type=int, default=0, help="stop after this many outputs (0 = run until ^C)")
@@ -447,18 +448,55 @@ def _unsafe_show_metadata(args) -> int:
 
 
 def _statistics(args) -> int:
-    """TiCDC's `changefeed statistics` without ops/count: sparkcdc does not count rows per changefeed."""
+    """TiCDC's `changefeed statistics`: every --interval seconds one JSON line with `ops` (rows/s
+    the sink wrote since the previous line; null on the first), `count` (rows written by the
+    changefeed's sink on the capture that runs it, from that capture's /metrics; null when no
+    capture runs it or its metrics are off), `sink_gap` (resolved - checkpoint), `replication_gap`
+    (now - checkpoint) and `checkpoint` (the checkpoint's time)."""
     if args.interval < 1:
         raise errors.ErrAPIInvalidParam("--interval must be at least 1 second")
     client = _client(args)
     printed = 0
+    previous: tuple[float, int] | None = None
     while True:
         info = client.get_changefeed(args.changefeed_id, args.namespace)
         now = client.query_tso()["timestamp"]
         checkpoint_ms = tso.physical_ms(info["checkpoint_ts"])
-        _print_json({"sink_gap": f"{tso.physical_ms(info['resolved_ts']) - checkpoint_ms}ms",
-                     "replication_gap": f"{now - checkpoint_ms}ms"})
+        count, taken = _rows_written(client, info), time.monotonic()
+        ops = None
+        if count is not None and previous is not None and count >= previous[1] and taken > previous[0]:
+            ops = round((count - previous[1]) / (taken - previous[0]), 1)
+        previous = (taken, count) if count is not None else None
+        print(json.dumps({"ops": ops, "count": count,
+                          "sink_gap": f"{tso.physical_ms(info['resolved_ts']) - checkpoint_ms}ms",
+                          "replication_gap": f"{now - checkpoint_ms}ms",
+                          "checkpoint": info.get("checkpoint_time") or tso.format_time(info["checkpoint_ts"])}),
+              flush=True)
         printed += 1
         if args.iterations and printed >= args.iterations:
             return 0
         time.sleep(args.interval)
+
+
+def _rows_written(client: APIClient, info: dict) -> int | None:
+    """Rows the changefeed's sink wrote (ticdc_sink_batch_row_count's sum) on the capture that runs
+    it; None when no capture runs it or that capture does not answer with metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    running = [task["capture_id"] for task in info.get("task_status") or []]
+    if not running:
+        return None
+    address = next((c.get("address") for c in client.list_captures().get("items", []) if c.get("id") == running[0]),
+                   None)
+    if address is None:
+        return None
+    try:
+        text = client.metrics(address)
+    except errors.SparkCDCError:
+        return None
+    for family in text_string_to_metric_families(text):
+        if family.name == "ticdc_sink_batch_row_count":
+            return sum(int(sample.value) for sample in family.samples
+                       if sample.name.endswith("_sum") and sample.labels.get("namespace") == info["namespace"]
+                       and sample.labels.get("changefeed") == info["id"])
+    return None

@@ -12,7 +12,8 @@ import sys
 import threading
 from urllib.parse import parse_qsl, urlsplit
 
-from sparkcdc.cli.logs import configure_logging
+from sparkcdc.cli.logs import add_log_format_argument, configure_logging
+from sparkcdc.observability.progress import Progress
 from sparkcdc.errors import ErrSinkUnknownProtocol
 
 
@@ -33,6 +34,7 @@ def register(subparsers) -> None:
                          help="keep the consumer checkpoint in this local file instead of the "
                               "downstream table sparkcdc_consumer.storage_checkpoint")
     storage.add_argument("--once", action="store_true", help="apply up to the current checkpoint, then exit")
+    add_log_format_argument(storage)
     storage.set_defaults(func=run_storage_consumer)
     kafka = kinds.add_parser("kafka", help="replay a Kafka sink's topics (canal-json, open-protocol, avro, simple) into mysql://")
     kafka.add_argument("--upstream-uri", required=True,
@@ -49,6 +51,7 @@ def register(subparsers) -> None:
                             "handle-key-only large messages (their current values: MariaDB has no snapshot reads)")
     kafka.add_argument("--group-id", default="", help="consumer group id (default sparkcdc-consumer-<topic>)")
     kafka.add_argument("--until-ts", type=int, help="exit once everything up to this commit-ts is applied")
+    add_log_format_argument(kafka)
     kafka.set_defaults(func=run_kafka_consumer)
 
 
@@ -61,7 +64,7 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
     from sparkcdc.sink.mysql.sink import MySQLSink
     from sparkcdc.upstream.schema_reader import read_table_info
 
-    configure_logging("info")
+    configure_logging("info", log_format=args.log_format)
     config = ReplicaConfig()
     if args.config:
         with open(args.config, encoding="utf-8") as handle:
@@ -91,7 +94,7 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
                              topics=topics, topic_regex=args.topic_regex,
                              upstream_row=upstream.read if upstream is not None else None)
     try:
-        reached = consumer.run(stop, args.until_ts)
+        reached = consumer.run(stop, args.until_ts, progress=Progress("kafka consumer", unit="rows"))
     finally:
         if upstream is not None:
             upstream.close()
@@ -125,7 +128,7 @@ def run_storage_consumer(args: argparse.Namespace) -> int:
     from sparkcdc.sink.mysql.sink import MySQLSink
     from sparkcdc.upstream.schema_reader import read_table_info
 
-    configure_logging("info")
+    configure_logging("info", log_format=args.log_format)
     config = ReplicaConfig()
     if args.config:
         with open(args.config, encoding="utf-8") as handle:
@@ -154,7 +157,8 @@ def run_storage_consumer(args: argparse.Namespace) -> int:
             args.upstream_uri, downstream, protocol, config.sink, args.start_ts,
             checkpoint_store=store,
             downstream_table=lambda schema, table: read_table_info(lookup, schema, table, 0, 0))
-        reached = run_consumer(consumer, interval, once=args.once, stop=stop)
+        reached = run_consumer(consumer, interval, once=args.once, stop=stop,
+                               progress=Progress("storage consumer", unit="rows"))
     finally:
         downstream.close()
         lookup.close()

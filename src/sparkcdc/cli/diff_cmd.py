@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from sparkcdc.cli.logs import configure_logging
+from sparkcdc.cli.logs import add_log_format_argument, configure_logging
 from sparkcdc.errors import SparkCDCError
 
 EXIT_EQUAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
@@ -35,20 +35,24 @@ def register(subparsers) -> None:
                         help="row differences listed per table (counts are always exact; default %(default)s)")
     parser.add_argument("--output", choices=["text", "json"], default="text")
     parser.add_argument("--log-level", default="warn", choices=["debug", "info", "warn", "error"])
+    add_log_format_argument(parser)
     parser.set_defaults(func=run_diff)
 
 
 def run_diff(args: argparse.Namespace) -> int:
     from sparkcdc.diff import DiffOptions, diff_endpoints
+    from sparkcdc.observability.progress import Progress
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, log_format=args.log_format)
     if args.chunk_size < 1 or args.max_reported_rows < 0:
         print("Error: --chunk-size must be at least 1 and --max-reported-rows at least 0", file=sys.stderr)
         return EXIT_ERROR
     options = DiffOptions(filter_rules=tuple(args.filter or ["*.*"]), case_sensitive=args.case_sensitive,
                           chunk_size=args.chunk_size, max_reported_rows=args.max_reported_rows)
     try:
-        report = diff_endpoints(args.source, args.target, options)
+        progress = Progress("diff", unit="rows")
+        report = diff_endpoints(args.source, args.target, options, rows_progress=progress)
+        progress.finish()
     except SparkCDCError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from sparkcdc.cli.logs import configure_logging
+from sparkcdc.cli.logs import add_log_format_argument, configure_logging
 
 
 def register(subparsers) -> None:
@@ -27,6 +27,7 @@ def register(subparsers) -> None:
                          help="the changefeed's consistent.storage URI (file://, s3://, gcs://, azblob://)")
         sub.add_argument("--tmp-dir", default="", help="local directory that remote log files are staged in")
         sub.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
+        add_log_format_argument(sub)
 
     apply = commands.add_parser("apply", help="apply the redo log to a MySQL-compatible downstream",
                                 description="Apply rows and DDLs with checkpoint-ts < commit-ts <= resolved-ts "
@@ -43,7 +44,7 @@ def run_meta(args: argparse.Namespace) -> int:
     from sparkcdc.redo.reader import RedoReader
     from sparkcdc.redo.storage import RedoStorage
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, log_format=args.log_format)
     meta = RedoReader(RedoStorage.from_uri(args.storage), args.tmp_dir or None).effective_meta()
     print(f"checkpoint-ts:{meta.checkpoint_ts}, resolved-ts:{meta.resolved_ts}")
     return 0
@@ -57,8 +58,9 @@ def run_apply(args: argparse.Namespace) -> int:
     from sparkcdc.redo.applier import apply_steps
     from sparkcdc.redo.reader import RedoReader
     from sparkcdc.redo.storage import RedoStorage
+    from sparkcdc.observability.progress import Progress
 
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, log_format=args.log_format)
     if classify_sink_uri(args.sink_uri) != "mysql":
         raise ErrSinkURIInvalid(f"redo apply writes to a MySQL-compatible downstream; {mask_sink_uri(args.sink_uri)!r} "
                                 "is not a mysql:// or tidb:// URI")
@@ -68,7 +70,7 @@ def run_apply(args: argparse.Namespace) -> int:
     meta = reader.effective_meta()
     # Every transaction at or below replicating_ts is written idempotently: all of them here.
     with MySQLSink(args.sink_uri, ReplicaConfig(), replicating_ts=2**64 - 1) as sink:
-        result = apply_steps(reader.steps(meta), sink, meta)
+        result = apply_steps(reader.steps(meta), sink, meta, Progress("redo apply", unit="rows"))
     print(f"applied {result.rows} row changes and {result.ddls} DDLs; the downstream is at resolved-ts "
           f"{result.resolved_ts} (checkpoint-ts was {result.checkpoint_ts})")
     return 0

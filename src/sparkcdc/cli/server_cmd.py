@@ -10,7 +10,7 @@ import stat
 import sys
 import threading
 
-from sparkcdc.cli.logs import configure_logging
+from sparkcdc.cli.logs import add_log_format_argument, configure_logging
 from sparkcdc.errors import SparkCDCError
 from sparkcdc.upstream.native_decode import decoder_description
 
@@ -58,6 +58,10 @@ def register(subparsers) -> None:
                              "an idle changefeed moves its checkpoint once a second at most")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warn", "error"])
     parser.add_argument("--log-file", default=None, help="log to this file (mode 0600) instead of stderr")
+    add_log_format_argument(parser)
+    parser.add_argument("--metrics", default="on", choices=["on", "off"],
+                        help="serve Prometheus metrics at /metrics and the status page at /dashboard, both on "
+                             "the API's address with its TLS (default %(default)s); off records nothing per batch")
     parser.add_argument("--config", default=None, metavar="TOML",
                         help="server config file; its [security] table takes TiCDC's keys (ca-path, cert-path, "
                              "key-path, cert-allowed-cn, mtls, client-user-required, client-allowed-user)")
@@ -190,12 +194,13 @@ def run_server(args: argparse.Namespace) -> int:
     # Every file this process, Spark's JVM and its Python workers create (metadata, transaction
     # index, spool, Spark checkpoints, redo files, the log) is for this user only.
     os.umask(0o077)
-    configure_logging(args.log_level, args.log_file)
+    configure_logging(args.log_level, args.log_file, args.log_format)
     if args.log_file:
         make_private(args.log_file, directory=False)
     from sparkcdc import failpoint
     from sparkcdc.api.server import serve
     from sparkcdc.server.capture import Capture, CaptureOptions
+    from sparkcdc.server.observer import CaptureObserver
 
     try:
         failpoint.arm_from_environment()  # SPARKCDC_FAILPOINTS, for tests: warns about each point
@@ -214,7 +219,8 @@ def run_server(args: argparse.Namespace) -> int:
                 capture_session_ttl=args.capture_session_ttl,
                 trigger_interval=args.trigger_interval,
                 spark_conf=tuple(args.spark_conf),
-            )
+            ),
+            metrics=_metrics(args),
         )
     except SparkCDCError as exc:
         print(f"Error: {exc}", file=sys.stderr)
@@ -228,12 +234,15 @@ def run_server(args: argparse.Namespace) -> int:
         print(f"Error: {exc}", file=sys.stderr)
         capture.close()
         return 1
+    observer = CaptureObserver(capture, capture.metrics) if capture.metrics is not None else None
     try:
-        api = serve(args.addr, capture.store, capture, security, capture.verify_user)
+        api = serve(args.addr, capture.store, capture, security, capture.verify_user, observer)
     except SparkCDCError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         capture.close()
         return 1
+    if observer is not None:
+        observer.start()
     api.start()
     scheme = "https" if security.tls_enabled else "http"
     log.info("Open API listening on %s://%s", scheme, args.addr)
@@ -245,5 +254,16 @@ def run_server(args: argparse.Namespace) -> int:
     done.wait()
     log.info("shutting down")
     api.shutdown()
+    if observer is not None:
+        observer.close()
     capture.close()
     return 0
+
+
+def _metrics(args: argparse.Namespace):
+    """The process's metrics (one registry, passed down), or None with --metrics off."""
+    if args.metrics == "off":
+        return None
+    from sparkcdc.observability.metrics import Metrics
+
+    return Metrics()

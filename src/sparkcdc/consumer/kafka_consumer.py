@@ -31,6 +31,7 @@ from typing import Callable, Iterable, Optional, Protocol, Sequence
 
 from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo, Value
+from sparkcdc.observability.progress import Progress
 from sparkcdc.sink.codec.mysqltypes import enum_name, set_names, type_name
 from sparkcdc.sink.kafka.config import KafkaSinkConfig
 from sparkcdc.sink.kafka.dispatcher import is_changefeed_topic, topic_pattern
@@ -502,9 +503,14 @@ class KafkaConsumer:
             return self.checkpoint_ts
         return self._merger.apply_resolved()
 
-    def run(self, stop: threading.Event, until_ts: Optional[int] = None) -> int:
+    def run(self, stop: threading.Event, until_ts: Optional[int] = None, progress: Optional[Progress] = None) -> int:
+        """Poll until stopped (or `until_ts` is applied); `progress` is advanced by the rows applied."""
+        counted = self.rows_applied
         while not stop.is_set():
             reached = self.poll_once()
+            if progress is not None and self.rows_applied != counted:
+                progress.advance(self.rows_applied - counted)
+                counted = self.rows_applied
             if until_ts is not None and reached >= until_ts:
                 break
         return self.checkpoint_ts

@@ -50,6 +50,7 @@ from sparkcdc.consumer.storage_reader import (
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
+from sparkcdc.observability.progress import Progress
 from sparkcdc.schema.parser import quote_identifier
 from sparkcdc.sink.mysql.connection import close_quietly
 from sparkcdc.config.storage_location import parse_storage_location
@@ -308,6 +309,7 @@ class StorageConsumer:
         self._store = checkpoint_store or MemoryCheckpointStore()
         self._downstream_table = downstream_table
         self.checkpoint_ts = max(start_ts, self._store.load())
+        self.rows_applied = 0  # row changes written downstream by this consumer (its progress)
         self._applied: dict[tuple[str, str], int] = {}  # newest commit-ts applied per table
         self._created_databases: set[str] = set()
         self._ensured: set[tuple[str, str, int]] = set()  # query-less schema files handled
@@ -470,6 +472,7 @@ class StorageConsumer:
                 rows.append(RowChange(commit_ts, schema, table, op, before=before, after=after, seq=seq))
             if rows:
                 self._downstream.write_rows(info, rows)
+                self.rows_applied += len(rows)
             applied = newest
         self._applied[(schema, table)] = applied
 
@@ -579,12 +582,22 @@ def _decoded(changes, path: str):
 
 
 def run_consumer(consumer: StorageConsumer, interval_seconds: float, once: bool = False,
-                 stop: Optional[threading.Event] = None) -> int:
-    """Run rounds until stopped (or one round with `once`); return the consumer checkpoint."""
-    if once:
-        return consumer.sync_once()
-    stop = stop or threading.Event()
+                 stop: Optional[threading.Event] = None, progress: Optional[Progress] = None) -> int:
+    """Run rounds until stopped (or one round with `once`); return the consumer checkpoint.
+    `progress` is advanced by the rows each round applied."""
+    counted = [consumer.rows_applied]
+
+    def round_done(ts: int) -> None:
+        if progress is not None:
+            progress.advance(consumer.rows_applied - counted[0])
+            counted[0] = consumer.rows_applied
+        log.debug("round done at %.1fs, checkpoint %d", time.monotonic() - started, ts)
+
     started = time.monotonic()
-    consumer.run(interval_seconds, stop,
-                 lambda ts: log.debug("round done at %.1fs, checkpoint %d", time.monotonic() - started, ts))
+    if once:
+        reached = consumer.sync_once()
+        round_done(reached)
+        return reached
+    stop = stop or threading.Event()
+    consumer.run(interval_seconds, stop, round_done)
     return consumer.checkpoint_ts

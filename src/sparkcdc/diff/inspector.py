@@ -21,6 +21,7 @@ from sparkcdc.diff.checksum import (
 )
 from sparkcdc.errors import ErrMySQLConnectionError
 from sparkcdc.filter.table_filter import TableFilter
+from sparkcdc.observability.progress import Progress
 from sparkcdc.sink.mysql.config import parse_mysql_sink_uri
 from sparkcdc.sink.mysql.connection import connect
 
@@ -162,6 +163,15 @@ class Endpoint:
                 break
         return TableShape(schema, table, columns, key)
 
+    def estimated_rows(self, tables: list[tuple[str, str]]) -> int:
+        """The server's row estimate (information_schema.TABLES.TABLE_ROWS) summed over `tables`."""
+        total = 0
+        for schema, table in tables:
+            found = self.query("SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
+                               "AND TABLE_NAME = %s", (schema, table))
+            total += int(found[0][0] or 0) if found else 0
+        return total
+
     def close(self) -> None:
         try:
             self.connection.close()
@@ -170,8 +180,11 @@ class Endpoint:
 
 
 def diff_endpoints(source_uri: str, target_uri: str, options: DiffOptions = DiffOptions(),
-                   progress: Callable[[TableDiff], None] = lambda _: None) -> DiffReport:
-    """Compare every table the filter selects on either side; the source decides the chunking."""
+                   progress: Callable[[TableDiff], None] = lambda _: None,
+                   rows_progress: Optional[Progress] = None) -> DiffReport:
+    """Compare every table the filter selects on either side; the source decides the chunking.
+    `progress` gets each table's result; `rows_progress` is advanced by each chunk's source rows,
+    its total the source's row estimate (information_schema) of the tables compared."""
     table_filter = TableFilter(list(options.filter_rules), options.case_sensitive, where="--filter")
     source = Endpoint("source", source_uri)
     try:
@@ -183,13 +196,15 @@ def diff_endpoints(source_uri: str, target_uri: str, options: DiffOptions = Diff
         source_tables = {t for t in source.tables() if table_filter.match(*t)}
         target_tables = {t for t in target.tables() if table_filter.match(*t)}
         results = []
+        if rows_progress is not None:
+            rows_progress.set_total(source.estimated_rows(sorted(source_tables & target_tables)))
         for schema, table in sorted(source_tables | target_tables):
             if (schema, table) not in target_tables:
                 result = TableDiff(schema, table, structure_problem="the table is missing in the target")
             elif (schema, table) not in source_tables:
                 result = TableDiff(schema, table, structure_problem="the table exists only in the target")
             else:
-                result = _diff_table(source, target, schema, table, options)
+                result = _diff_table(source, target, schema, table, options, rows_progress)
             progress(result)
             results.append(result)
         return DiffReport(results)
@@ -198,7 +213,8 @@ def diff_endpoints(source_uri: str, target_uri: str, options: DiffOptions = Diff
         target.close()
 
 
-def _diff_table(source: Endpoint, target: Endpoint, schema: str, table: str, options: DiffOptions) -> TableDiff:
+def _diff_table(source: Endpoint, target: Endpoint, schema: str, table: str, options: DiffOptions,
+                rows_progress: Optional[Progress] = None) -> TableDiff:
     result = TableDiff(schema, table)
     shape = source.shape(schema, table)
     target_shape = target.shape(schema, table)
@@ -213,6 +229,8 @@ def _diff_table(source: Endpoint, target: Endpoint, schema: str, table: str, opt
         target_sum = target.query(*checksum_sql(shape, chunk))[0]
         result.source_rows += int(source_sum[0])
         result.target_rows += int(target_sum[0])
+        if rows_progress is not None:
+            rows_progress.advance(int(source_sum[0]))
         if tuple(source_sum) == tuple(target_sum):
             continue
         result.mismatched_chunks += 1

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -49,8 +50,13 @@ from sparkcdc.upstream.txn_index import TxnIndex
 class BatchResult:
     start: int
     end: int
-    rows: int
+    rows: int  # row changes the sink got
     ddls: int
+    # Where the time went (the changefeed's metrics), and the bytes the sink sent for the batch.
+    write_seconds: float = 0.0  # rows handed to the sink (and, with a redo log, to the log first)
+    flush_seconds: float = 0.0  # the sink's flush of the rows, and its checkpoint write
+    ddl_seconds: float = 0.0  # the DDL barrier, flushed
+    bytes_written: int = 0
 
 
 _ROW_COLUMNS = ("commit_ts", "seq", "op", "before", "after")
@@ -215,7 +221,6 @@ def _write_through_redo(redo: BatchRedo, start: int, end: int, planned: list[tup
     if ordered:
         sink.write_ordered(ordered)
         written += sum(len(transaction.changes) for transaction in ordered)
-    sink.flush()
     return written
 
 
@@ -313,6 +318,7 @@ def write_batch(
     if bounds is None:
         return None
     start, end = bounds
+    began, bytes_before = time.monotonic(), sink.bytes_written
     written = 0
     planned: list[tuple[TableInfo, list[RowChange]]] = []
     in_binlog_order: list[tuple[TableInfo, list[RowChange]]] = []
@@ -350,7 +356,9 @@ def write_batch(
         if ordered:
             sink.write_ordered(ordered)
             written += sum(len(transaction.changes) for transaction in ordered)
-        sink.flush()
+    handed = time.monotonic()
+    sink.flush()
+    flushed = time.monotonic()
     if ddl_error is not None:
         raise ddl_error
     if ddls and redo is not None:
@@ -363,11 +371,16 @@ def write_batch(
         sink.flush()
         if (text := failpoint.value(KILL_AFTER_DDL)) is not None and any(text in ddl.query for ddl in ddls):
             failpoint.kill_process_group(KILL_AFTER_DDL, f"after the DDL matching {text!r}, before its checkpoint")
+    ddl_done = time.monotonic()
     if syncpoint is not None and syncpoint.due(start, end):
         position = index.position_at(end)
         syncpoint.record(end, str(position) if position is not None else None)
+    checkpointing = time.monotonic()
     sink.write_checkpoint(end)
+    checkpointed = time.monotonic()
     on_checkpoint(end)
     if redo is not None:
         redo.checkpoint(end)
-    return BatchResult(start, end, written, len(ddls))
+    return BatchResult(start, end, written, len(ddls), write_seconds=handed - began,
+                       flush_seconds=(flushed - handed) + (checkpointed - checkpointing),
+                       ddl_seconds=ddl_done - flushed, bytes_written=sink.bytes_written - bytes_before)

@@ -47,6 +47,8 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus, ChangefeedStore
+from sparkcdc.observability.log_context import changefeed_context
+from sparkcdc.observability.metrics import BatchStats, ChangefeedMetrics, Metrics
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
@@ -171,10 +173,12 @@ class ChangefeedRunner:
         cluster_id: str = "default",
         server_id_base: int = 100000,
         upstream_health: Callable[[], PullerHealth] = always_healthy,
+        metrics: Metrics | None = None,
     ):
         """`store` is where checkpoints and states go (a cluster passes its fenced view);
         `server_id_base` the first replication server id of this capture's range readers;
-        `upstream_health` the capture's binlog puller's health (see the module docstring)."""
+        `upstream_health` the capture's binlog puller's health (see the module docstring);
+        `metrics` where each batch's numbers go (None: nowhere, `sparkcdc server --metrics off`)."""
         self._spark = spark
         self._cluster_id = cluster_id
         self._store = store
@@ -188,6 +192,7 @@ class ChangefeedRunner:
         self._running: dict[tuple[str, str], _Running] = {}
         self._next_server_id = server_id_base
         self._upstream_health = upstream_health
+        self._metrics = metrics
         self._retrying: dict[tuple[str, str], _Retrying] = {}  # warning episodes not yet recovered
         self._backing_off: dict[tuple[str, str], threading.Event] = {}  # set by stop(): no restart
         self._shutdown = threading.Event()
@@ -259,17 +264,18 @@ class ChangefeedRunner:
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
+            changefeed_metrics = self._changefeed_metrics(info, spec)
             try:
-                extras = self._consistency_writers(info, spec)
+                extras = self._consistency_writers(info, spec, changefeed_metrics)
             except BaseException:
                 _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
                 raise
             name = f"changefeed-{info.namespace}-{info.id}"
             writer = PipelinedWriter(f"write-{info.id}")
             self.before_start()
+            batch_function = self._batch_writer(info, spec, writer, sink, stopping, changefeed_metrics, *extras)
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
-                query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path),
-                                         self._batch_writer(info, spec, writer, sink, stopping, *extras),
+                query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path), batch_function,
                                          trigger_seconds(self._trigger), name).start()
             else:
                 query = (
@@ -277,7 +283,7 @@ class ChangefeedRunner:
                     .options(**options.to_options())
                     .load()
                     .writeStream.queryName(name)
-                    .foreachBatch(self._batch_writer(info, spec, writer, sink, stopping, *extras))
+                    .foreachBatch(batch_function)
                     .option("checkpointLocation", checkpoint_dir)
                     # The source paces batches itself (BatchPacer): a backlog runs back to back.
                     .trigger(processingTime="0 seconds")
@@ -344,7 +350,13 @@ class ChangefeedRunner:
             return connect_parallelism(self._spark)
         return max(1, self._spark.sparkContext.defaultParallelism)
 
-    def _consistency_writers(self, info: ChangefeedInfo, spec: SinkSpec) -> tuple:
+    def _changefeed_metrics(self, info: ChangefeedInfo, spec: SinkSpec) -> ChangefeedMetrics | None:
+        if self._metrics is None:
+            return None
+        return self._metrics.changefeed(info.namespace, info.id, spec.kind.name)
+
+    def _consistency_writers(self, info: ChangefeedInfo, spec: SinkSpec,
+                             changefeed_metrics: ChangefeedMetrics | None = None) -> tuple:
         """The redo writer and the syncpoint writer of a MySQL-sink changefeed (None when off)."""
         config = spec.config
         redo = syncpoint = None
@@ -353,7 +365,7 @@ class ChangefeedRunner:
             from sparkcdc.redo.writer import RedoWriter
 
             redo = RedoWriter(RedoStorage.from_uri(config.consistent.storage), config.consistent,
-                              f"{info.namespace}/{info.id}")
+                              f"{info.namespace}/{info.id}", metrics=changefeed_metrics)
         if config.enable_sync_point:
             from sparkcdc.sink.mysql.syncpoint import SyncpointWriter
 
@@ -363,7 +375,8 @@ class ChangefeedRunner:
         return redo, syncpoint
 
     def _batch_writer(self, info: ChangefeedInfo, spec: SinkSpec, writer: PipelinedWriter, sink,
-                      stopping: threading.Event, redo=None, syncpoint=None):
+                      stopping: threading.Event, changefeed_metrics: ChangefeedMetrics | None = None,
+                      redo=None, syncpoint=None):
         config = spec.config
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
@@ -380,11 +393,18 @@ class ChangefeedRunner:
                 self._finish(namespace, changefeed_id)
 
         last_job = [float("-inf")]  # when this query last ran a Spark job (monotonic)
+        handed_off = [time.monotonic()]  # when the previous batch went to the writer (or the query started)
 
         def write(df, batch_id: int) -> None:
+            with changefeed_context(namespace, changefeed_id):
+                write_batch_of_query(df, batch_id)
+            handed_off[0] = time.monotonic()
+
+        def write_batch_of_query(df, batch_id: int) -> None:
             if stopping.is_set():
                 return  # a stopping changefeed writes nothing more; its checkpoint stays where it is
             began = time.monotonic()
+            planned = began - handed_off[0]
             # A batch with no transactions (an idle upstream's resolved-ts moving) is known from
             # its plan: skip the Spark job that would only read back its range marker. But not
             # for long: Spark stops a Python worker idle for a minute, and the next rows would
@@ -405,9 +425,23 @@ class ChangefeedRunner:
             decoded = time.monotonic()
 
             def write_table() -> None:
+                with changefeed_context(namespace, changefeed_id):
+                    write_and_record()
+
+            def write_and_record() -> None:
                 writing = time.monotonic()
-                result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
-                                     split_updates, filters, ddl_policy, redo, syncpoint)
+                try:
+                    result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
+                                         split_updates, filters, ddl_policy, redo, syncpoint)
+                except BaseException:
+                    if changefeed_metrics is not None:
+                        changefeed_metrics.record_sink_error()
+                    raise
+                if result is not None and changefeed_metrics is not None:
+                    changefeed_metrics.record_batch(BatchStats(
+                        rows=result.rows, bytes=result.bytes_written, ddls=result.ddls, plan_seconds=planned,
+                        decode_seconds=decoded - began, write_seconds=result.write_seconds,
+                        flush_seconds=result.flush_seconds, ddl_seconds=result.ddl_seconds))
                 if result is not None and result.ddls and warn_cascades:
                     _warn_cascading_ddls(info, spec, index, result.start, result.end, table_filter)
                 if result is not None and (result.rows or result.ddls):
@@ -427,6 +461,10 @@ class ChangefeedRunner:
         threading.Thread(target=self.stop, args=(namespace, changefeed_id), daemon=True).start()
 
     def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event) -> None:
+        with changefeed_context(*key):
+            self._watch_query(key, query, writer, stopping)
+
+    def _watch_query(self, key, query, writer: PipelinedWriter, stopping: threading.Event) -> None:
         failure = None  # what the watcher itself stopped the query for
         try:
             while not query.awaitTermination(WATCH_SECONDS):
@@ -557,6 +595,10 @@ class ChangefeedRunner:
         stuck_for = (now - since).total_seconds()
         limit = self._stuck_duration(info)
         retryable = is_retryable_failure(message)
+        if not upstream and self._metrics is not None:
+            exited = self._metrics.changefeed_totals(*key)
+            if exited is not None:
+                exited.record_exit_with_error()
         info.error = {"addr": self._address, "code": error_code(message), "message": message,
                       "time": now.isoformat()}
         if not retryable or stuck_for >= limit:

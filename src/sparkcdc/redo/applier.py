@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Iterable, Optional, Protocol, Sequence
 
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
+from sparkcdc.observability.progress import Progress
 from sparkcdc.redo.format import RedoMeta
 from sparkcdc.redo.reader import DDLStep, RowStep, Step
 
@@ -62,17 +63,23 @@ def split_updates_for_apply(info: TableInfo, rows: Sequence[RowChange]) -> list[
     return result
 
 
-def apply_steps(steps: Iterable[Step], sink: ApplySink, meta: RedoMeta) -> ApplyResult:
+def apply_steps(steps: Iterable[Step], sink: ApplySink, meta: RedoMeta,
+                progress: Optional[Progress] = None) -> ApplyResult:
+    """Apply every step in order; `progress` is advanced per step by its rows."""
     rows = ddls = 0
     for step in steps:
         if isinstance(step, RowStep):
             sink.write_rows(step.info, split_updates_for_apply(step.info, step.rows))
             rows += len(step.rows)
+            if progress is not None:
+                progress.advance(len(step.rows))
         elif isinstance(step, DDLStep):
             sink.flush()  # every row before the DDL is downstream first
             sink.write_ddl(step.ddl)
             ddls += 1
     sink.flush()
+    if progress is not None:
+        progress.finish()
     log.info("redo apply finished: %d row changes and %d DDLs in (%d, %d]", rows, ddls, meta.checkpoint_ts,
              meta.resolved_ts)
     return ApplyResult(meta.checkpoint_ts, meta.resolved_ts, rows, ddls)

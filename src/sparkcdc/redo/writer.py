@@ -24,13 +24,16 @@ import random
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from sparkcdc.config.replica import ConsistentConfig
 from sparkcdc.errors import ErrConsistentStorage, ErrRedoFileOp, SparkCDCError
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.redo import format as fmt
 from sparkcdc.redo.storage import RedoStorage
+
+if TYPE_CHECKING:
+    from sparkcdc.observability.metrics import ChangefeedMetrics
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +85,10 @@ def new_run_id() -> int:
 
 class RedoWriter:
     def __init__(self, storage: RedoStorage, consistent: ConsistentConfig, changefeed: str,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, metrics: Optional["ChangefeedMetrics"] = None):
+        """`metrics`: where each frame's bytes and time and each sync's time go (TiCDC's redo metrics)."""
         self._storage = storage
+        self._metrics = {kind: metrics.redo(kind) for kind in ("row", "ddl")} if metrics is not None else {}
         self._changefeed = changefeed
         self._compress = consistent.compression == "lz4"
         self._max_bytes = max(1, consistent.max_log_size) << 20
@@ -187,10 +192,13 @@ class RedoWriter:
                      may_rotate=False)  # a COMMIT stays with its batch
         if not durable:
             return  # an empty batch: it only keeps the log contiguous, nothing waits for it
+        syncing = time.monotonic()
         for kind in list(self._open):
             self._open[kind].sync()
             if not self._storage.is_local:
                 self._close_file(kind)
+        if "row" in self._metrics:
+            self._metrics["row"].record_flush(time.monotonic() - syncing)
         # The log itself now proves the batch (a reader takes the resolved-ts from the last
         # complete batch); the meta file follows within meta-flush-interval.
         self._resolved = max(self._resolved, end)
@@ -272,21 +280,25 @@ class RedoBatch:
         self._frames = 0
         self._futures: list[Future] = []
 
-    def _add(self, kind: str, kind_code: int, encode: Callable[[], bytes]) -> None:
+    def _add(self, kind: str, kind_code: int, encode: Callable[[], bytes], rows: int = 0) -> None:
         part = self._frames
         self._frames += 1
         writer = self._writer
 
         def task() -> None:
+            began = time.monotonic()
             frame = fmt.encode_frame(kind_code, writer._run, self.start, self.end, part, encode(),
                                      writer._compress)
             writer._append(kind, frame, self.start, self.end)
+            metrics = writer._metrics.get(kind)
+            if metrics is not None:
+                metrics.record_write(len(frame), rows, time.monotonic() - began)
 
         self._futures.append(writer._submit(task))
 
     def add_rows(self, info: TableInfo, rows: Sequence[RowChange]) -> None:
         if rows:
-            self._add("row", fmt.KIND_ROW, lambda: fmt.encode_rows(info, rows))
+            self._add("row", fmt.KIND_ROW, lambda: fmt.encode_rows(info, rows), len(rows))
 
     def add_ddls(self, ddls: Sequence[DDLEvent]) -> None:
         if ddls:

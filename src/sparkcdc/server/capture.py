@@ -30,6 +30,7 @@ from sparkcdc.upstream.puller import FAILED, STARTING, STOPPED, Puller, PullerHe
 from sparkcdc.upstream.txn_index import TxnIndex
 
 if TYPE_CHECKING:
+    from sparkcdc.observability.metrics import Metrics
     from sparkcdc.pipeline.warmup import WarmUp
 
 log = logging.getLogger(__name__)
@@ -64,8 +65,10 @@ class CaptureOptions:
 
 
 class Capture:
-    def __init__(self, options: CaptureOptions):
+    def __init__(self, options: CaptureOptions, metrics: Optional["Metrics"] = None):
+        """`metrics`: where the changefeeds' per-batch numbers go (None: metrics off)."""
         self.options = options
+        self.metrics = metrics
         self.id = str(uuid.uuid4())
         os.makedirs(options.data_dir, exist_ok=True)
         self.index_path = os.path.join(options.data_dir, "txn-index.sqlite")
@@ -140,6 +143,7 @@ class Capture:
             cluster_id=self.options.cluster_id,
             server_id_base=self._reader_server_id_base,
             upstream_health=self.puller_health,
+            metrics=self.metrics,
         )
         threading.Thread(target=self.gc_schema_versions, name="schema-gc", daemon=True).start()
         if self.cluster is not None:
@@ -231,6 +235,15 @@ class Capture:
         if puller is None:
             return PullerHealth(STARTING, self.upstream.masked_uri(), time.time())
         return puller.health()
+
+    def puller_totals(self) -> tuple[int, int]:
+        """(transactions, binlog bytes) the current puller has indexed since it started."""
+        puller = self._puller
+        return (puller.indexed_transactions, puller.indexed_binlog_bytes) if puller is not None else (0, 0)
+
+    def running_changefeeds(self) -> list[tuple[str, str]]:
+        """(namespace, id) of the changefeeds this capture runs (or restarts after a failure)."""
+        return self._runner.running() if self._runner is not None else []
 
     def puller_state(self) -> dict:
         """The puller as `changefeed query` shows it: this capture's, with its resolved-ts."""

@@ -53,6 +53,14 @@ class Sink(ABC):
     @abstractmethod
     def write_ddl(self, ddl: DDLEvent) -> None: ...
 
+    @property
+    def bytes_written(self) -> int:
+        """Bytes sent downstream since the sink opened (encoded messages, file contents, SQL
+        text, Arrow data handed to a table format): the sink's own running count, read by the
+        batch writer once per batch for `ticdc_sink_write_bytes_total`. Every sink kind of the
+        registry counts; 0 only for test sinks."""
+        return 0
+
     @abstractmethod
     def flush(self) -> None:
         """Everything written so far is durable downstream when this returns."""

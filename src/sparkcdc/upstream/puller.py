@@ -220,6 +220,9 @@ class Puller:
         self._stream: Optional[BinLogStreamReader] = None
         # The binlog position up to which everything is persisted (for wait_caught_up).
         self._flushed_position: Optional[BinlogPosition] = None
+        # What this puller has indexed since it was made, counted per index write (the metrics read them).
+        self.indexed_transactions = 0
+        self.indexed_binlog_bytes = 0
         self._progress = threading.Condition()
 
     # ---- lifecycle -----------------------------------------------------------------------------
@@ -400,6 +403,8 @@ class Puller:
             # Only called between transactions, so resolved-ts covers exactly the persisted txns.
             nonlocal pending_txns, pending_ddls, pending_versions, pending_databases, last_flush
             self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases)
+            self.indexed_transactions += len(pending_txns)
+            self.indexed_binlog_bytes += sum(txn.size for txn in pending_txns)
             pending_txns, pending_ddls, pending_versions, pending_databases = [], [], [], []
             last_flush = time.monotonic()
             with self._progress:

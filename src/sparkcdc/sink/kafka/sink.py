@@ -169,6 +169,10 @@ class KafkaSink(Sink):
         self.sent_messages += 1
         self.sent_bytes += size
 
+    @property
+    def bytes_written(self) -> int:
+        return self.sent_bytes
+
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
         if not rows:
             return

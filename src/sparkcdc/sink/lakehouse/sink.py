@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -134,6 +135,12 @@ class LakehouseSink(Sink):
         self._commits_since_compaction: dict[TableName, int] = {}
         self._checked: dict[TableName, pa.Schema] = {}
         self._committed_batches = 0
+        self._written = 0  # Arrow bytes of the changes committed to the tables
+        self._written_lock = threading.Lock()
+
+    @property
+    def bytes_written(self) -> int:
+        return self._written
 
     @property
     def changelog(self) -> bool:
@@ -244,6 +251,8 @@ class LakehouseSink(Sink):
             self._tables.merge(name, merge_plan(buffer.info, rows), commit)
         log.debug("%s: %d changes committed at %d in %.2fs", name, rows.num_rows, commit.commit_ts,
                   time.monotonic() - began)
+        with self._written_lock:  # tables commit on several threads
+            self._written += rows.nbytes
         self._maybe_compact(name)
         return True
 

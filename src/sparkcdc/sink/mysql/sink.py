@@ -131,6 +131,7 @@ class _Writer(threading.Thread):
         self.sink = sink
         self.queue: "queue.Queue[Optional[_Work]]" = queue.Queue()
         self.connection = None
+        self.sent_bytes = 0  # SQL text committed downstream by this worker (read by MySQLSink.bytes_written)
 
     def run(self) -> None:
         stopping = False
@@ -244,15 +245,17 @@ class _Writer(threading.Thread):
         connection = self.connection
         texts = [statement_text(s, connection) for s in statements]
         with connection.cursor() as cursor:
-            if self.sink.config.multi_stmt_enable and sum(map(len, texts)) < MULTI_STATEMENT_LIMIT:
+            size = sum(map(len, texts))
+            if self.sink.config.multi_stmt_enable and size < MULTI_STATEMENT_LIMIT:
                 cursor.execute("BEGIN;" + ";".join(texts) + ";COMMIT")
                 while cursor.nextset():
                     pass
-                return
-            connection.begin()
-            for text in texts:
-                cursor.execute(text)
-            connection.commit()
+            else:
+                connection.begin()
+                for text in texts:
+                    cursor.execute(text)
+                connection.commit()
+        self.sent_bytes += size
 
 
 class _DDLSession:
@@ -334,6 +337,11 @@ class MySQLSink(Sink):
 
     def __repr__(self) -> str:
         return f"MySQLSink({self.config.uri!r})"
+
+    @property
+    def bytes_written(self) -> int:
+        """The SQL text of the row transactions committed downstream (each worker counts its own)."""
+        return sum(writer.sent_bytes for writer in self._writers)
 
     # -- connections -----------------------------------------------------------------------
 

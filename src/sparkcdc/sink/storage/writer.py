@@ -19,6 +19,7 @@ import json
 import logging
 import posixpath
 import re
+import threading
 import time
 import uuid
 from bisect import bisect_left
@@ -98,6 +99,8 @@ class StorageSink(Sink):
             self.sink.cloud_storage_config.flush_concurrency)
         self._last_cleanup_day: Optional[str] = None
         self._closed = False
+        self._written = 0  # bytes of every file written (flush writes files from several threads)
+        self._written_lock = threading.Lock()
 
     # -- paths and IO ---------------------------------------------------------------------
     def _path(self, relative: str) -> str:
@@ -116,6 +119,8 @@ class StorageSink(Sink):
             else:
                 # One PUT or one multipart upload: the object appears whole or not at all.
                 self._fs.pipe_file(path, data, **self._upload_options)
+            with self._written_lock:
+                self._written += len(data)
         except SparkCDCError:
             raise
         except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds
@@ -236,6 +241,11 @@ class StorageSink(Sink):
         name = data_file_name(index, self._extension, self.sink.file_index_digit)
         self._write_atomic(f"{directory}/{name}", self._encoder.header(table) + b"".join(buffer.chunks))
         self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode())
+
+    @property
+    def bytes_written(self) -> int:
+        with self._written_lock:
+            return self._written
 
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
         """Buffer rows (ordered by commit_ts, seq; whole transactions) of one table version."""
