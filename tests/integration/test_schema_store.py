@@ -45,6 +45,10 @@ SEQUENCE = [
     "CREATE SEQUENCE s1",
     "DROP TABLE s1, sw",
     "ALTER TABLE gone OPTIMIZE PARTITION p0",  # logged although the table does not exist
+    "CREATE SEQUENCE s2",
+    "RENAME TABLE s2 TO s3",
+    "CREATE TABLE ai (b INT AUTO_INCREMENT NULL UNIQUE, ID INT NOT NULL, PRIMARY KEY (id))",
+    "CREATE TABLE ai2 (c INT AUTO_INCREMENT, KEY (c))",
 ]
 
 

@@ -128,3 +128,14 @@ def test_any_quoted_name_round_trips(schema, table):
     parsed = parse(f"ALTER TABLE {q(schema)}.{q(table)} ADD COLUMN {q(table)} INT", "db")
     assert parsed.tables == (TableName(schema, table),)
     assert parsed.ops[0].column.name == table
+
+
+@pytest.mark.parametrize("ddl_type,event_type", [
+    (T.ADD_PARTITION, "ALTER"), (T.DROP_PARTITION, "ALTER"), (T.TRUNCATE_PARTITION, "ALTER"),
+    (T.REORGANIZE_PARTITION, "ALTER"), (T.ALTER_PARTITIONING, "ALTER"), (T.REMOVE_PARTITIONING, "ALTER"),
+    (T.EXCHANGE_PARTITION, "QUERY"),
+])
+def test_partition_ddls_have_ticdcs_canal_event_types(ddl_type, event_type):
+    from sparkcdc.sink.codec.canal_json import ddl_event_type
+
+    assert ddl_event_type(ddl_type) == event_type  # canal_entry.go convertDdlEventType

@@ -197,7 +197,8 @@ def build_column(spec: ColumnSpec, table_charset: str) -> ColumnInfo:
         name=spec.name,
         mysql_type=mysql_type,
         unsigned=spec.unsigned and mysql_type not in ("bit", "year"),
-        nullable=not (spec.not_null or spec.primary or spec.auto_increment),
+        # AUTO_INCREMENT implies NOT NULL unless the column says NULL (MariaDB keeps it nullable).
+        nullable=not (spec.not_null or spec.primary or (spec.auto_increment and spec.not_null is None)),
         charset=charset,
         length=length,
         precision=spec.precision if mysql_type == "decimal" else None,
@@ -332,8 +333,8 @@ class _TableEditor:
             if if_not_exists:
                 return
             raise SchemaApplyError(f"{self.where}: index {name} already exists on {self.schema}.{self.table}")
-        for column in spec.columns:
-            self.require(column)
+        # Key columns as the table spells them: `PRIMARY KEY (id)` on column `ID` keys `ID`.
+        spec = replace(spec, columns=tuple(self.columns[self.require(column)].name for column in spec.columns))
         if spec.kind == "primary":
             primary = {c.lower() for c in spec.columns}
             self.columns = [replace(c, nullable=False) if c.name.lower() in primary else c for c in self.columns]
@@ -448,7 +449,11 @@ def apply_ddl(catalog: Catalog, ddl: ParsedDDL, where: str = "") -> Change:
     elif kind == "rename table":
         # Sequential: RENAME a TO b, b TO c is valid and swaps go through a temporary name.
         for old, new in ddl.rename_pairs:
-            table = existing(old)
+            table = catalog.tables.get((old.schema, old.table))
+            if table is None:
+                # The server renamed something the store does not follow (a SEQUENCE, a
+                # TEMPORARY table): nothing to move, and rules.py sends no RENAME for it.
+                continue
             set_table((old.schema, old.table), None)
             set_table((new.schema, new.table), replace(table, schema=new.schema, table=new.table))
     elif kind == "alter table":

@@ -76,6 +76,8 @@ def _allowed(ddl: DDLEvent, policy: DDLPolicy) -> bool:
     """The allow list's answer for a DDL the filter lets through."""
     if ddl.ddl_type in T.DATABASE_DDLS:
         return T.is_allowed(ddl.ddl_type, True, policy.force_replicate)
+    if ddl.ddl_type == T.RENAME_TABLE and ddl.table_info is None and ddl.pre_table_info is None:
+        return False  # a SEQUENCE or TEMPORARY table: the store never followed it, the sink never had it
     info = ddl.table_info or ddl.pre_table_info
     # Without a recorded definition there is nothing to hold against the table.
     return T.is_allowed(ddl.ddl_type, info is None or info.has_valid_index, policy.force_replicate)

@@ -84,7 +84,8 @@ _ALTER_ACTIONS = frozenset(
         "alter index visibility", "multi-schema change", "multi schema change",
         "reorganize partition", "reorganize table partition",
         "alter table reorganize partition", "alter table partition by",
-        "alter table partitioning", "remove partitioning", "alter table remove partitioning",
+        "alter table partitioning", "remove partitioning", "remove table partitioning",
+        "alter table remove partitioning",
         "add columns", "drop columns", "add multi-columns", "drop multi-columns", "alter table",
     }
 )
