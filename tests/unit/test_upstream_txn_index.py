@@ -1,4 +1,5 @@
 import multiprocessing
+import sqlite3
 
 import pytest
 
@@ -12,9 +13,9 @@ def table(name, version, *cols):
     return TableInfo("db", name, 1, tuple(ColumnInfo(c, "int") for c in cols), version)
 
 
-def txn(ts, start, end, gtid, is_ddl=False):
+def txn(ts, start, end, gtid, is_ddl=False, marked=False):
     return TxnRecord(ts, gtid, BinlogPosition("mysql-bin.000001", start), BinlogPosition("mysql-bin.000001", end),
-                     end - start, is_ddl)
+                     end - start, is_ddl, skip_replication=marked)
 
 
 @pytest.fixture
@@ -88,3 +89,20 @@ def test_readable_from_another_process(index):
     proc.start()
     proc.join(30)
     assert queue.get(timeout=5) == 1001
+
+
+def test_the_mark_of_a_bdr_sinks_writes_is_kept_and_old_index_files_gain_its_column(tmp_path):
+    path = tmp_path / "old.sqlite"
+    # An index file from before the mark: its txns table lacks the column.
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE txns (commit_ts INTEGER PRIMARY KEY, gtid TEXT, start_file TEXT NOT NULL, "
+                     "start_pos INTEGER NOT NULL, end_file TEXT NOT NULL, end_pos INTEGER NOT NULL, "
+                     "size INTEGER NOT NULL, is_ddl INTEGER NOT NULL, pieces TEXT, foreign_key_checks TEXT)")
+        conn.execute("INSERT INTO txns VALUES (5, '0-1-5', 'mysql-bin.000001', 100, 'mysql-bin.000001', 200, 100, 0, "
+                     "NULL, NULL)")
+    index = TxnIndex(str(path))
+    index.append([txn(10, 300, 400, "0-2-1", marked=True), txn(20, 400, 500, "0-1-6")], [], [], 20)
+    assert [(t.commit_ts, t.skip_replication) for t in index.txns_between(0, 20)] == [(5, False), (10, True), (20, False)]
+    assert [(s.commit_ts, s.skip_replication) for s in index.txn_sizes_between(0, 20)] == [
+        (5, False), (10, True), (20, False)]
+    assert index.marked_between(0, 20) == {10} and index.marked_between(10, 20) == set()

@@ -1,7 +1,8 @@
 """Tails the upstream binlog and records every transaction's boundaries and commit-ts in a TxnIndex.
 
 The puller does not decode rows: it only cuts transactions (GTID event .. Xid / COMMIT / the DDL
-statement), gives each a strictly increasing commit-ts, records DDLs with the table definitions
+statement), gives each a strictly increasing commit-ts, notes the ones MariaDB flagged
+`skip_replication` (a BDR peer's sink wrote them), records DDLs with the table definitions
 after them, and moves resolved-ts forward (also while the upstream is idle, on heartbeats).
 Row decoding happens later, in parallel, on binlog ranges (`range_reader`).
 
@@ -72,6 +73,9 @@ _STMT_END_F = 0x0001  # a ROWS event's flag: the last event of its statement
 # A ROWS event's flag: its statement ran with foreign_key_checks=0, so InnoDB cascaded nothing
 # (with checks on, the rows it cascaded are not in the binlog either: a MySQL sink re-runs them).
 _NO_FOREIGN_KEY_CHECKS_F = 0x0002
+# An event header's flag (MariaDB's LOG_EVENT_SKIP_REPLICATION_F): written by a session with
+# @@skip_replication, as a bdr-mode MySQL sink writes (every event of the transaction has it).
+_SKIP_REPLICATION_F = 0x8000
 
 COMPRESSION_FIX = (
     "binlog compression is not supported: set log_bin_compress=OFF (MariaDB) or "
@@ -109,6 +113,7 @@ class _OpenTxn:
     start: BinlogPosition
     in_begin: bool = False  # inside BEGIN..COMMIT: a statement in it does not end it
     opened_by_gtid: bool = False  # MariaDB: the GTID event opened the group (see _FL_STANDALONE)
+    skip_replication: bool = False  # its GTID event carries _SKIP_REPLICATION_F
     pieces: list[PieceStart] = field(default_factory=list)
     # The TABLE_MAP events of the statement whose ROWS events are being read: table_id -> position.
     statement_maps: dict[int, int] = field(default_factory=dict)
@@ -423,7 +428,8 @@ class Puller:
                         f"transaction {open_txn.gtid} at {open_txn.start} has no commit event before the next GTID"
                     )
                 gtid = event.gtid if isinstance(event, MariadbGtidEvent) else str(event.gtid).lower()
-                open_txn = _OpenTxn(gtid, event_start(stream, event))
+                open_txn = _OpenTxn(gtid, event_start(stream, event),
+                                    skip_replication=bool(event.packet.flags & _SKIP_REPLICATION_F))
                 if isinstance(event, MariadbGtidEvent) and not event.flags & _FL_STANDALONE:
                     open_txn.in_begin = open_txn.opened_by_gtid = True
             elif isinstance(event, XidEvent):
@@ -484,7 +490,7 @@ class Puller:
         commit_ts = tso.next_after(self._last_ts, event.timestamp)
         self._last_ts = commit_ts
         return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl, tuple(txn.pieces),
-                         txn.foreign_key_checks)
+                         txn.foreign_key_checks, txn.skip_replication)
 
     @staticmethod
     def _record(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:

@@ -49,8 +49,10 @@ _ADDED_COLUMNS = {
     "table_versions": [("definition", "TEXT")],  # the schema store's TableDef (indexes, charset)
     "ddls": [("extra", "TEXT")],  # JSON: rename pairs, parse errors, binlog position
     # pieces: JSON, where a large transaction's pieces 1.. begin (PieceStart); foreign_key_checks:
-    # NULL when every ROWS event ran with MariaDB's foreign_key_checks, else "off" or "mixed".
-    "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT")],
+    # NULL when every ROWS event ran with MariaDB's foreign_key_checks, else "off" or "mixed";
+    # skip_replication: 1 when written with MariaDB's @@skip_replication (a BDR sink's mark), else NULL
+    # (so rows indexed before the column existed read as unmarked).
+    "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT"), ("skip_replication", "INTEGER")],
 }
 
 # A transaction larger than this is cut into pieces of about this many binlog bytes, at ROWS
@@ -84,6 +86,9 @@ class TxnRecord:
     is_ddl: bool
     pieces: tuple[PieceStart, ...] = ()  # where pieces 1.. begin; () = one piece, the whole transaction
     foreign_key_checks: str = FK_CHECKS_ON  # how its ROWS events ran: on, off or mixed (model/events.py)
+    # Written by a session with MariaDB's @@skip_replication: a bdr-mode MySQL sink marks its writes
+    # so, and a bdr-mode changefeed drops them (never sends a change back where it came from).
+    skip_replication: bool = False
 
     @property
     def piece_count(self) -> int:
@@ -108,11 +113,12 @@ class TxnSize(NamedTuple):
     size: int  # bytes of binlog
     split: bool  # cut into pieces: its TxnRecord says where
     is_ddl: bool
+    skip_replication: bool = False  # marked by a BDR sink (TxnRecord.skip_replication)
 
 
 def _txn_size(row: tuple) -> TxnSize:
-    commit_ts, size, split, is_ddl = row
-    return TxnSize(commit_ts, size, bool(split), bool(is_ddl))
+    commit_ts, size, split, is_ddl, skip_replication = row
+    return TxnSize(commit_ts, size, bool(split), bool(is_ddl), bool(skip_replication))
 
 
 @dataclass(frozen=True)
@@ -177,11 +183,12 @@ class TxnIndex:
 
     @staticmethod
     def _record(row) -> TxnRecord:
-        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces, foreign_key_checks = row
+        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces, foreign_key_checks, skip_replication = row
         return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl),
-                         _parse_pieces(pieces), foreign_key_checks or FK_CHECKS_ON)
+                         _parse_pieces(pieces), foreign_key_checks or FK_CHECKS_ON, bool(skip_replication))
 
-    _TXN_COLUMNS = "commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces, foreign_key_checks"
+    _TXN_COLUMNS = ("commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces, foreign_key_checks,"
+                    " skip_replication")
 
     def txns_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnRecord]:
         """The transactions with commit-ts in (lo_exclusive, hi_inclusive], the first `limit` of them."""
@@ -211,8 +218,8 @@ class TxnIndex:
         batch may hold tens of thousands of single-row ones)."""
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT commit_ts, size, pieces IS NOT NULL, is_ddl FROM txns WHERE commit_ts > ? AND commit_ts <= ?"
-                " ORDER BY commit_ts LIMIT ?",
+                "SELECT commit_ts, size, pieces IS NOT NULL, is_ddl, skip_replication IS 1 FROM txns"
+                " WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts LIMIT ?",
                 (lo_exclusive, hi_inclusive, -1 if limit is None else limit),
             ).fetchall()
         return list(map(_txn_size, rows))
@@ -226,6 +233,14 @@ class TxnIndex:
         with self._connect() as conn:
             row = conn.execute("SELECT MIN(commit_ts) FROM ddls WHERE commit_ts > ?", (ts,)).fetchone()
         return row[0] if row and row[0] is not None else None
+
+    def marked_between(self, lo_exclusive: int, hi_inclusive: int) -> set[int]:
+        """The commit-ts of the transactions in (lo_exclusive, hi_inclusive] marked with
+        @@skip_replication (TxnRecord.skip_replication)."""
+        with self._connect() as conn:
+            rows = conn.execute("SELECT commit_ts FROM txns WHERE commit_ts > ? AND commit_ts <= ? AND skip_replication = 1",
+                                (lo_exclusive, hi_inclusive)).fetchall()
+        return {row[0] for row in rows}
 
     def ddls_between(self, lo_exclusive: int, hi_inclusive: int) -> list[DDLEvent]:
         with self._connect() as conn:
@@ -431,11 +446,12 @@ class TxnIndex:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl),
                          _format_pieces(t.pieces),
-                         None if t.foreign_key_checks == FK_CHECKS_ON else t.foreign_key_checks)
+                         None if t.foreign_key_checks == FK_CHECKS_ON else t.foreign_key_checks,
+                         1 if t.skip_replication else None)
                         for t in txns
                     ],
                 )
