@@ -95,6 +95,11 @@ ErrCaptureFenced = _define("ErrCaptureFenced", 409)
 ErrDDLUnparseable = _define("ErrDDLUnparseable", 500)
 ErrRenameTableNotSupported = _define("ErrRenameTableNotSupported", 400)
 ErrExchangePartition = _define("ErrExchangePartition", 400)
+# Bidirectional replication (docs/bidirectional-replication.md): a downstream that cannot mark what
+# the sink writes, a downstream user without the privileges the sink needs, a DDL the BDR role refuses.
+ErrBDRDownstreamUnsupported = _define("ErrBDRDownstreamUnsupported", 400)
+ErrBDRDownstreamPrivilege = _define("ErrBDRDownstreamPrivilege", 400)
+ErrBDRDDLRefused = _define("ErrBDRDDLRefused", 400)
 ErrKafkaSendMessage = _define("ErrKafkaSendMessage", 500, retryable=True)
 ErrKafkaTopic = _define("ErrKafkaTopic", 400)
 ErrMessageTooLarge = _define("ErrMessageTooLarge", 400)

@@ -120,7 +120,6 @@ def test_unimplemented_ticdc_keys_accepted_at_their_defaults(text):
 
 @pytest.mark.parametrize("text, key", [
     ("[mounter]\nworker-num = 8", "mounter.worker-num"),
-    ("bdr-mode = true", "bdr-mode"),
     ("sql-mode = \"ANSI\"", "sql-mode"),
     ("[consistent]\nflush-worker-num = 4", "consistent.flush-worker-num"),
     ("[consistent.memory-usage]\nmemory-quota-percentage = 10", "consistent.memory-usage.memory-quota-percentage"),

@@ -219,6 +219,14 @@ class ReplicaConfig:
     sync_point_retention: str = "24h"
     ignore_ineligible_table: bool = False
     changefeed_error_stuck_duration: str = "30m"
+    # Bidirectional replication (docs/bidirectional-replication.md): the MySQL sink marks what it
+    # writes with MariaDB's @@skip_replication, and the changefeed drops marked transactions.
+    bdr_mode: bool = False
+    # sparkcdc only (TiDB sets it per cluster with ADMIN SET BDR ROLE, MariaDB has no such thing):
+    # the BDR role of this changefeed's upstream, which decides its DDLs. "": none (no DDL is
+    # replicated), "primary" (replicable DDLs are, others fail the changefeed), "secondary" (any
+    # DDL fails the changefeed). Only with bdr-mode = true.
+    bdr_role: str = ""
     # sparkcdc only (TiCDC has no such key): a DDL the schema store cannot parse or apply is
     # skipped with an error log instead of failing the changefeed. Rows of the tables it touched
     # may then decode against a stale schema, so only use it for DDLs known to change no columns.
@@ -279,8 +287,8 @@ def _init_rules() -> None:
     _DURATIONS[(ReplicaConfig, "sync_point_retention")] = (3600, None)
     _DURATIONS[(ReplicaConfig, "changefeed_error_stuck_duration")] = (1800, None)
     _DURATIONS[(CloudStorageConfig, "flush_interval")] = (2, 600)
+    _CHOICES[(ReplicaConfig, "bdr_role")] = ("", "primary", "secondary")
     _UNSUPPORTED[ReplicaConfig] = {
-        "bdr_mode": False,
         "enable_table_monitor": False,
         "sql_mode": _NO_DEFAULT,
         "mounter": {"worker_num": 16},
@@ -499,6 +507,9 @@ def _validate_whole(config: ReplicaConfig) -> None:
     """Rules that relate several keys (TiCDC's ReplicaConfig.ValidateAndAdjust, the parts we run)."""
     _validate_filters(config)
     _validate_consistent(config.consistent)
+    if config.bdr_role and not config.bdr_mode:
+        raise _invalid(f"`bdr-role` is {config.bdr_role!r} but `bdr-mode` is false; a BDR role applies only to "
+                       "bidirectional replication: set bdr-mode = true, or remove bdr-role")
     csv = config.sink.csv
     prefix = "sink.csv."
     if not 1 <= len(csv.delimiter) <= 3:

@@ -41,6 +41,7 @@ from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, RANGE_MARKER, batch_
 from sparkcdc.model.events import DDLEvent, OrderedTransaction, RowChange, TableInfo
 from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_changes
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
+from sparkcdc.schema.bdr import bdr_ddls
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
 from sparkcdc.sink.contract import Sink
 from sparkcdc.upstream.txn_index import TxnIndex
@@ -310,7 +311,7 @@ def write_batch(
     on_checkpoint: Callable[[int], None],
     split_updates: bool = False,
     filters: ChangeFilters | None = None,  # event filters and column selectors
-    ddl_policy: DDLPolicy = DDLPolicy(),  # allow list: force-replicate, skip unparseable DDL
+    ddl_policy: DDLPolicy = DDLPolicy(),  # allow list: force-replicate, skip unparseable DDL, BDR roles
     redo: BatchRedo | None = None,  # [consistent] level = "eventual": logged before the sink applies
     syncpoint: BatchSyncpoint | None = None,  # enable-sync-point
 ) -> BatchResult | None:
@@ -342,9 +343,15 @@ def write_batch(
     # after the rows before it are downstream, as it always did.
     ddl_error: Exception | None = None
     try:
-        ddls = [part for d in index.ddls_between(start, end) for part in replicated_ddls(d, table_filter, ddl_policy)]
+        ddls = index.ddls_between(start, end)
+        if ddl_policy.bdr_mode:  # the other primary's sink ran it: it came from where this changefeed writes
+            marked = index.marked_between(start, end)
+            ddls = [ddl for ddl in ddls if ddl.commit_ts not in marked]
+        ddls = [part for d in ddls for part in replicated_ddls(d, table_filter, ddl_policy)]
         if filters is not None:
             ddls = [kept for kept in map(filters.ddl, ddls) if kept is not None]
+        if ddl_policy.bdr_mode:
+            ddls = bdr_ddls(ddls, ddl_policy.bdr_role)
     except Exception as exc:
         ddls, ddl_error = [], exc
     ordered = ordered_transactions(in_binlog_order, index) if in_binlog_order else []

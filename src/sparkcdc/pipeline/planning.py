@@ -12,6 +12,12 @@ plus the first k pieces of T (`BatchOffset`). Rows of piece k have seq `k << 32 
 whole (MySQL transaction-atomicity=table, a redo log, syncpoints) gets it whole
 (`split_transactions=False`, from the sink's `SinkSpec.splits_large_transactions`).
 
+A bdr-mode changefeed (docs/bidirectional-replication.md) never reads the transactions the index
+marks `skip_replication`: a BDR peer's MySQL sink wrote them, so they came from where this
+changefeed sends its changes. They end a binlog range as a DDL does, so the executors decode
+contiguous ranges without them, and they cost a batch nothing; the batch bounds, hence the
+checkpoint, still move over them.
+
 Planning only reads the transaction index the capture's puller persists. A batch's partitions
 are its range marker (`MarkerPartition`: the batch's bounds as checkpoint-ts values, for a batch
 with no rows too) and transaction-aligned binlog ranges (`RangePartition`), each decoded on an
@@ -91,6 +97,7 @@ class SourceOptions:
     case_sensitive: bool = False
     force_replicate: bool = False  # also decode tables without a valid index
     split_transactions: bool = True  # a large transaction may span batches (see the module docstring)
+    bdr_mode: bool = False  # drop the transactions a BDR peer's sink wrote (see the module docstring)
     batch_interval_ms: int = DEFAULT_BATCH_INTERVAL_MS  # the trigger interval, kept by BatchPacer
     # Where read tasks leave their batches for the driver: only with executors on the driver's
     # filesystem (pipeline/transport.py); empty, the batches travel through Spark.
@@ -116,6 +123,7 @@ class SourceOptions:
             "case_sensitive": "true" if self.case_sensitive else "false",
             "force_replicate": "true" if self.force_replicate else "false",
             "split_transactions": "true" if self.split_transactions else "false",
+            "bdr_mode": "true" if self.bdr_mode else "false",
             "batch_interval_ms": str(self.batch_interval_ms),
             "spool_dir": self.spool_dir,
             "hold_file": self.hold_file,
@@ -136,6 +144,7 @@ class SourceOptions:
             case_sensitive=options.get("case_sensitive", "false") == "true",
             force_replicate=options.get("force_replicate", "false") == "true",
             split_transactions=options.get("split_transactions", "true") == "true",
+            bdr_mode=options.get("bdr_mode", "false") == "true",
             batch_interval_ms=int(options.get("batch_interval_ms", str(DEFAULT_BATCH_INTERVAL_MS))),
             spool_dir=options.get("spool_dir", ""),
             hold_file=options.get("hold_file", ""),
@@ -174,7 +183,7 @@ class BatchOffset:
 
 def plan_next_batch(
     index: "TxnIndex", start: BatchOffset, target_ts: int, max_batch_bytes: int, split_transactions: bool = True,
-    piece_batch_bytes: int | None = None, read: "list[TxnSize] | None" = None,
+    piece_batch_bytes: int | None = None, read: "list[TxnSize] | None" = None, drop_marked: bool = False,
 ) -> tuple[BatchOffset, bool]:
     """The end of the next micro-batch starting after `start` (== start when nothing is new).
 
@@ -182,6 +191,9 @@ def plan_next_batch(
     one); with `split_transactions`, the pieces of a split transaction while they fit in
     `piece_batch_bytes` (default max_batch_bytes; at least one piece), so a batch of pieces stays
     within that plus one piece.
+
+    With `drop_marked` (bdr-mode), a transaction marked skip_replication counts for nothing: it is
+    not read.
 
     Also says whether more is ready beyond the end (a size cut, or a DDL with transactions
     resolved after it): then the next batch should run at once (BatchPacer). `read`, when given,
@@ -200,7 +212,9 @@ def plan_next_batch(
     for size_row in _paged_sizes(index, start.checkpoint_ts, end):
         if read is not None:
             read.append(size_row)
-        commit_ts, txn_size, split, _ = size_row
+        commit_ts, txn_size, split = size_row.commit_ts, size_row.size, size_row.split
+        if drop_marked and size_row.skip_replication:
+            continue
         first = start.piece if commit_ts == start.ts else 0
         if split and (split_transactions or first):  # a batch never re-reads pieces it had
             txn = _record(index, commit_ts)
@@ -268,7 +282,7 @@ class BatchPacer:
         read: list[TxnSize] = []
         end, backlog = plan_next_batch(index, start, options.target_ts, self.batch_bytes(options.max_batch_bytes),
                                        options.split_transactions, piece_batch_bytes=options.max_batch_bytes,
-                                       read=read)
+                                       read=read, drop_marked=options.bdr_mode)
         if not self.ready(index, start, end, backlog, options.target_ts):
             return start
         self.ran(backlog)
@@ -319,14 +333,16 @@ def replicated_tables(
     return chosen, ineligible
 
 
-def split_ranges(txns: Sequence["TxnSize | TxnRecord"], parts: int) -> list[list["TxnSize | TxnRecord"]]:
+def split_ranges(txns: Sequence["TxnSize | TxnRecord"], parts: int,
+                 drop_marked: bool = False) -> list[list["TxnSize | TxnRecord"]]:
     """Cut the batch's DML transactions into contiguous runs of about equal binlog size.
 
-    DDL transactions carry no rows, so they end a run; a run never spans one.
+    DDL transactions carry no rows, and with `drop_marked` a transaction marked skip_replication
+    is not read: each ends a run, and a run never spans one.
     """
     runs: list[list] = [[]]
     for txn in txns:
-        if txn.is_ddl:
+        if txn.is_ddl or (drop_marked and txn.skip_replication):
             if runs[-1]:
                 runs.append([])
             continue
@@ -362,12 +378,14 @@ class _Span:
 
 
 def batch_spans(
-    index: "TxnIndex", start: BatchOffset, end: BatchOffset, parts: int, sizes: "list[TxnSize] | None" = None
+    index: "TxnIndex", start: BatchOffset, end: BatchOffset, parts: int, sizes: "list[TxnSize] | None" = None,
+    drop_marked: bool = False,
 ) -> list[_Span]:
     """The binlog stretches of the batch (start, end]: whole transactions cut into runs of about
-    equal size (split_ranges), and each piece of a split transaction on its own. Only the
-    transactions at the runs' ends and the split ones are read whole (TxnRecord). `sizes`: the
-    batch's TxnSize rows when the caller has them (BatchPacer.sizes_of)."""
+    equal size (split_ranges), and each piece of a split transaction on its own; with
+    `drop_marked`, none of a transaction marked skip_replication. Only the transactions at the
+    runs' ends and the split ones are read whole (TxnRecord). `sizes`: the batch's TxnSize rows
+    when the caller has them (BatchPacer.sizes_of)."""
     whole: list[TxnSize] = []
     spans: list[_Span] = []
     if sizes is None:
@@ -375,14 +393,15 @@ def batch_spans(
     for size in sizes:
         first = start.piece if size.commit_ts == start.ts else 0
         ends_inside = size.commit_ts == end.ts and end.piece
-        if not size.split or not (first or ends_inside):  # the whole transaction is in the batch
+        # The whole transaction is in the batch (or is dropped whole: split_ranges leaves it out).
+        if not size.split or not (first or ends_inside) or (drop_marked and size.skip_replication):
             whole.append(size)
             continue
         txn = _record(index, size.commit_ts)
         for piece in range(first, end.piece if ends_inside else txn.piece_count):
             piece_start, piece_end, maps = txn.piece_range(piece)
             spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps))
-    for run in split_ranges(whole, parts):
+    for run in split_ranges(whole, parts, drop_marked):
         spans.append(_Span(_record(index, run[0].commit_ts).start, _record(index, run[-1].commit_ts).end,
                            tuple(t.commit_ts for t in run), sum(t.size for t in run)))
     return sorted(spans, key=lambda span: (span.commit_ts[0], span.piece))
@@ -412,7 +431,7 @@ def plan_partitions(
     tables = _replicated_tables_at(index, start.checkpoint_ts, options, warned)
     upstream = UpstreamConfig.from_uri(options.upstream_uri)
     partitions: list[InputPartition] = [MarkerPartition(start.checkpoint_ts, end.checkpoint_ts)]
-    for number, span in enumerate(batch_spans(index, start, end, options.parallelism, sizes)):
+    for number, span in enumerate(batch_spans(index, start, end, options.parallelism, sizes, options.bdr_mode)):
         partitions.append(
             RangePartition(
                 BinlogRange(

@@ -255,6 +255,7 @@ class ChangefeedRunner:
                 case_sensitive=config.case_sensitive,
                 force_replicate=config.force_replicate,
                 split_transactions=spec.splits_large_transactions,
+                bdr_mode=config.bdr_mode,
                 batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
                 spool_dir=self._spool_dir(info),
                 hold_file=hold_file,
@@ -383,7 +384,8 @@ class ChangefeedRunner:
         namespace, changefeed_id, target_ts = info.namespace, info.id, info.target_ts
         split_updates = spec.splits_key_updates
         warn_cascades = not spec.reruns_foreign_key_cascades
-        ddl_policy = DDLPolicy(force_replicate=config.force_replicate, skip_unparseable=config.skip_unparseable_ddl)
+        ddl_policy = DDLPolicy(force_replicate=config.force_replicate, skip_unparseable=config.skip_unparseable_ddl,
+                               bdr_mode=config.bdr_mode, bdr_role=config.bdr_role)
         filters = ChangeFilters(config)
 
         def on_checkpoint(ts: int) -> None:

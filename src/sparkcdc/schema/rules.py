@@ -22,6 +22,9 @@ class DDLPolicy:
     force_replicate: bool = False
     # Skip DDLs the schema store could not parse/apply instead of stopping the changefeed.
     skip_unparseable: bool = False
+    # bdr-mode: the peer's DDLs are dropped, the upstream's own go by its BDR role (schema/bdr.py).
+    bdr_mode: bool = False
+    bdr_role: str = ""
 
 
 def replicated_ddls(

@@ -252,8 +252,14 @@ class Capture:
 
     # -- ChangefeedController ----------------------------------------------------------------
     def validate(self, sink_uri: str, config: ReplicaConfig) -> None:
-        parse_sink_spec(sink_uri, config)
+        spec = parse_sink_spec(sink_uri, config)
         self._ensure_puller()
+        if config.bdr_mode:  # the downstream marks what the sink writes, its user can write every table
+            from sparkcdc.sink.registry import verify_tables
+
+            index = TxnIndex(self.index_path)
+            eligible, _ = verify_tables(index.tables_at(index.resolved_ts()), config)
+            spec.check_bdr_downstream(eligible)
 
     def resolve_start_ts(self, start_ts) -> int:
         self._ensure_puller()

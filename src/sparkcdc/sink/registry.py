@@ -44,6 +44,10 @@ class SinkKind:
     splits_key_updates: Callable[["SinkSpec"], bool] = lambda spec: False
     # Whether a transaction larger than a micro-batch may reach it over several batches.
     splits_large_transactions: Callable[["SinkSpec"], bool] = lambda spec: True
+    # bdr-mode: checks that the downstream can take part in bidirectional replication (it marks
+    # what the sink writes, the user can write the tables given); None: the kind cannot (TiCDC:
+    # only MySQL-compatible sinks).
+    check_bdr: Optional[Callable[["SinkSpec", Sequence["TableInfo"]], None]] = None
     # Whether it re-runs the upstream's foreign-key cascades, which the binlog has no rows for
     # (MySQL: sink/mysql/foreign_keys.py); changefeeds to the others warn per affected table.
     reruns_foreign_key_cascades: bool = False
@@ -107,6 +111,11 @@ class SinkSpec:
         """Whether the redo log ([consistent]) and syncpoints work with this sink."""
         return self.kind.consistency
 
+    def check_bdr_downstream(self, tables: Sequence["TableInfo"]) -> None:
+        """bdr-mode: raise a coded error when the downstream cannot take part (SinkKind.check_bdr)."""
+        assert self.kind.check_bdr is not None  # parse_sink_spec refused bdr-mode for this kind
+        self.kind.check_bdr(self, tables)
+
     def open(self, replicating_ts: int = 0, retry_seconds: float | None = None,
              changefeed: str = "default/changefeed", changefeed_epoch: str = "") -> "Sink":
         """The sink (sink/contract.py), opened as OpenOptions describes."""
@@ -144,6 +153,12 @@ def _open_mysql(spec: SinkSpec, options: OpenOptions) -> "Sink":
                      ddl_retry=RetryPolicy(max_elapsed=options.retry_seconds, max_attempts=20), changefeed=identity)
 
 
+def _check_mysql_bdr(spec: SinkSpec, tables: Sequence["TableInfo"]) -> None:
+    from sparkcdc.sink.mysql.bdr import check_bdr_downstream
+
+    check_bdr_downstream(spec.settings, tables)
+
+
 def _parse_kafka(uri: str, config: ReplicaConfig):
     from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 
@@ -174,7 +189,7 @@ SINK_KINDS: tuple[SinkKind, ...] = (
              splits_key_updates=lambda spec: not spec.settings.sink.cloud_storage_config.output_raw_change_event),
     SinkKind("mysql", ("mysql", "mysql+ssl", "tidb", "tidb+ssl"), _parse_mysql, _open_mysql, consistency=True,
              splits_large_transactions=lambda spec: spec.settings.transaction_atomicity != "table",
-             reruns_foreign_key_cascades=True),
+             reruns_foreign_key_cascades=True, check_bdr=_check_mysql_bdr),
     SinkKind("kafka", ("kafka", "kafka+ssl"), _parse_kafka, _open_kafka, column_selectors=True,
              splits_key_updates=lambda spec: not spec.settings.output_raw_change_event),
     # One commit per table per batch holds whole transactions (sink/lakehouse/sink.py).
@@ -228,6 +243,11 @@ def parse_sink_spec(sink_uri: str, config: ReplicaConfig) -> SinkSpec:
         raise ErrInvalidReplicaConfig(
             f"{feature} works only with MySQL-compatible sinks (mysql://, tidb://), not a {name} sink; "
             "remove it from the changefeed config or use a MySQL sink")
+    if config.bdr_mode and (kind is None or kind.check_bdr is None):
+        raise ErrSinkURIInvalid(
+            f"bdr-mode works only with MySQL sinks (mysql://) whose downstream is the other MariaDB primary, not "
+            f"a {name} sink ({mask_sink_uri(sink_uri)}), as in TiCDC; remove bdr-mode from the changefeed config "
+            "or use a MySQL sink")
     if kind is None:
         raise ErrSinkUnsupported(
             f"the {name} sink is not supported yet; use a storage sink such as "

@@ -80,6 +80,8 @@ class MySQLSinkConfig:
     ssl_key: str = field(default="", repr=False)
     tidb_txn_mode: str = "optimistic"
     transaction_atomicity: str = "none"
+    # The changefeed's bdr-mode: every session marks what it writes (connection.mark_bdr_session).
+    bdr_mode: bool = False
 
     @property
     def masked_uri(self) -> str:
@@ -221,4 +223,5 @@ def parse_mysql_sink_uri(sink_uri: str, config: Optional[ReplicaConfig] = None) 
         ssl_key=ssl_key,
         tidb_txn_mode=tidb_txn_mode,
         transaction_atomicity=atomicity,
+        bdr_mode=config.bdr_mode if config is not None else False,
     )

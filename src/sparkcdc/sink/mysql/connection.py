@@ -1,6 +1,11 @@
 """Connections to the downstream with TiCDC's session settings (pkg/sink/mysql/db_helper.go),
 and how the downstream's flavour is detected. Which errors are worth a retry lives in error_codes.py.
 
+In bdr-mode every session is marked before it writes anything (`mark_bdr_session`), as TiCDC sets
+tidb_cdc_write_source: MariaDB flags each binlog event of a session with @@skip_replication, and
+the downstream's own capture (the changefeed of the other direction) drops the flagged
+transactions, so nothing this sink writes is sent back (docs/bidirectional-replication.md).
+
 Row sessions always use time_zone '+00:00': canonical timestamp values are UTC, so the stored
 instant is exact (converting to a local zone would be ambiguous at DST changes). The URI's
 `time-zone` applies to DDL sessions, where it decides how literals and defaults are read.
@@ -19,7 +24,8 @@ import pymysql
 from pymysql.constants import CLIENT
 
 from sparkcdc.sink.mysql.config import MySQLSinkConfig
-from sparkcdc.sink.mysql.error_codes import is_retryable
+from sparkcdc.errors import ErrBDRDownstreamPrivilege, ErrBDRDownstreamUnsupported
+from sparkcdc.sink.mysql.error_codes import error_number, is_retryable
 
 DUPLICATE_ENTRY = 1062
 # Checks the upstream already applied; a value it stored must replay (zero dates, enum 0).
@@ -72,10 +78,39 @@ def connect(config: MySQLSinkConfig, time_zone: Optional[str], multi_statements:
             cursor.execute("SET SESSION sql_mode = %s", (",".join(modes + ["NO_AUTO_VALUE_ON_ZERO"]),))
             if time_zone is not None:
                 cursor.execute("SET SESSION time_zone = %s", (time_zone,))
+            if config.bdr_mode:
+                mark_bdr_session(cursor, config)
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+# MariaDB's session flag that sets LOG_EVENT_SKIP_REPLICATION_F on every event the session logs.
+# It needs no privilege on MariaDB 10.5.2 and later (older servers ask for SUPER). Replicas apply
+# flagged events as any other (replicate_events_marked_for_skip=REPLICATE, the default) and keep the
+# flag when they log them (log_slave_updates); the GTID and server_id stay the server's own.
+BDR_MARK = "SET SESSION skip_replication = 1"
+_UNKNOWN_SYSTEM_VARIABLE = 1193
+_SPECIFIC_ACCESS_DENIED = 1227
+
+
+def mark_bdr_session(cursor, config: MySQLSinkConfig) -> None:
+    """bdr-mode: flag everything this session writes; a downstream that cannot is a coded error."""
+    try:
+        cursor.execute(BDR_MARK)
+    except pymysql.err.MySQLError as exc:
+        number = error_number(exc)
+        if number == _UNKNOWN_SYSTEM_VARIABLE:
+            raise ErrBDRDownstreamUnsupported(
+                f"bdr-mode marks what the sink writes with MariaDB's @@skip_replication, which the downstream "
+                f"{config.uri} does not have ({exc}): bidirectional replication needs MariaDB on both sides; "
+                "remove bdr-mode from the changefeed config") from exc
+        if number == _SPECIFIC_ACCESS_DENIED:
+            raise ErrBDRDownstreamPrivilege(
+                f"the downstream user {config.user!r} of {config.uri} may not set @@skip_replication ({exc}); "
+                "MariaDB before 10.5.2 asks for SUPER: grant it, or upgrade the downstream") from exc
+        raise
 
 
 class DownstreamFlavor(Enum):
