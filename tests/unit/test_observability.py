@@ -501,3 +501,27 @@ def test_redo_apply_advances_its_progress_per_step():
     progress = Progress("redo apply", stream=io.StringIO(), terminal=False)
     result = apply_steps(steps, RecordingSink(), RedoMeta(5, 30, "default/cf"), progress)
     assert result.rows == progress.done == 6
+
+
+def test_the_storage_consumer_advances_its_progress_by_the_rows_it_applies(tmp_path):
+    from sparkcdc.config.replica import SinkConfig
+    from sparkcdc.consumer.storage_consumer import StorageConsumer, run_consumer
+    from sparkcdc.filter.table_filter import TableFilter
+    from sparkcdc.model.change_batch import RANGE_MARKER
+    from sparkcdc.model.events import ColumnInfo, TableInfo
+    from sparkcdc.pipeline.batch_sink import write_batch
+    from sparkcdc.sink.storage.writer import StorageSink
+    from test_pipeline_planning import FakeIndex, RecordingSink, batch_table
+
+    info = TableInfo("db", "t", 1, (ColumnInfo("id", "int", is_primary_key=True), ColumnInfo("v", "int")), 1,
+                     ("id",))
+    uri = f"file://{tmp_path}/out?protocol=canal-json&enable-tidb-extension=true"
+    sink = StorageSink(uri, SinkConfig(protocol="canal-json", enable_tidb_extension=True))
+    write_batch(batch_table([(20 + i, 0, "db", "t", "insert", None, [str(i), str(i)]) for i in range(30)]
+                            + [(100, 0, "", "", RANGE_MARKER, None, None)]),
+                FakeIndex([], 100, tables=[info]), sink, TableFilter(["*.*"]).match_event, lambda ts: None)
+    downstream = RecordingSink()
+    progress = Progress("storage consumer", stream=io.StringIO(), terminal=False)
+    assert run_consumer(StorageConsumer(uri, downstream, "canal-json"), 1.0, once=True, progress=progress) == 100
+    applied = sum(len(call[2]) for call in downstream.calls if call[0] == "rows")
+    assert progress.done == applied == 30
