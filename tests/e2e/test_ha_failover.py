@@ -55,6 +55,32 @@ CHECKPOINT_SECONDS = 90
 RESTART_SECONDS = 180
 
 
+def check_cluster_metrics(cluster: HACluster) -> None:
+    """After the rounds, /metrics of every live capture: one owner, which alone reports both
+    changefeeds (normal, caught up); each changefeed's batches on the capture that runs it."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    scraped = {}
+    for capture_id, server in cluster.live_captures().items():
+        with urllib.request.urlopen(server.url + "/metrics", timeout=60) as response:
+            families = text_string_to_metric_families(response.read().decode())
+            scraped[capture_id] = {(s.name, s.labels.get("changefeed")): s.value for f in families for s in f.samples}
+    owners = [cid for cid, samples in scraped.items() if samples[("sparkcdc_capture_is_owner", None)] == 1]
+    assert owners == [cluster.owner_id()]
+    for capture_id, samples in scraped.items():
+        assert samples[("sparkcdc_cluster_captures", None)] == len(scraped)
+        for changefeed_id in CHANGEFEEDS:
+            if capture_id == owners[0]:
+                assert samples[("ticdc_owner_status", changefeed_id)] == 0
+                assert samples[("ticdc_owner_checkpoint_ts_lag", changefeed_id)] < 60
+            else:
+                assert ("ticdc_owner_status", changefeed_id) not in samples
+            if capture_id == cluster.runner_of(changefeed_id):
+                assert samples[("ticdc_sink_batch_row_count_count", changefeed_id)] > 0
+
+
 def test_two_changefeeds_survive_five_rounds_of_killing_a_runner_then_the_owner(mariadb, mariadb_factory, tmp_path,
                                                                                  monkeypatch):
     # The servers' Spark JVMs start with the client compiler and the serial collector: a JVM start
@@ -177,6 +203,7 @@ def test_two_changefeeds_survive_five_rounds_of_killing_a_runner_then_the_owner(
         for changefeed_id in CHANGEFEEDS:
             assert not concurrent_writes(write_windows(logs, changefeed_id)), \
                 f"two captures wrote {changefeed_id} at once"
+        check_cluster_metrics(cluster)
     finally:
         print("HA failover phases (seconds):", timings, f"total {round(time.monotonic() - began)}s, "
               f"load average {os.getloadavg()[0]:.1f}")

@@ -384,6 +384,11 @@ def test_observer_reads_the_store_and_serves_the_status_page_data(tmp_path):
     assert overview["captures"] == [{"id": "cap-1", "address": "127.0.0.1:8300", "is_owner": True}]
     found = samples_of(metrics)
     assert sample(found, "ticdc_owner_status", namespace="default", changefeed="bad") == 2
+    # A removed changefeed's series go at the next sample.
+    metrics.changefeed("default", "gone", "kafka").record_batch(batch(1))
+    observer.sample()
+    assert metrics.changefeeds() == [("default", "cf")]
+    assert not [key for key in samples_of(metrics) if ("changefeed", "gone") in key[1]]
 
 
 class FakeObservability:

@@ -286,6 +286,11 @@ class Metrics:
                 current = self._changefeeds[key] = ChangefeedMetrics(self, namespace, changefeed, sink_type)
             return current
 
+    def changefeeds(self) -> list[tuple[str, str]]:
+        """(namespace, id) of every changefeed with series here."""
+        with self._lock:
+            return list(self._changefeeds)
+
     def changefeed_totals(self, namespace: str, changefeed: str) -> Optional[ChangefeedMetrics]:
         with self._lock:
             return self._changefeeds.get((namespace, changefeed))

@@ -93,11 +93,16 @@ class CaptureObserver:
                 log.debug("status history sample failed: %s", exc)
 
     def sample(self) -> None:
-        """Record one history point per changefeed (the sampler thread calls it)."""
+        """Record one history point per changefeed (the sampler thread calls it), and drop the
+        series of changefeeds that were removed."""
         now = self._clock()
         self._ownership.observe(self._capture.capture_info()["is_owner"])
+        changefeeds = self._changefeeds()
+        known = {(changefeed.namespace, changefeed.id) for changefeed in changefeeds}
+        for key in set(self.metrics.changefeeds()) - known:
+            self.metrics.forget(*key)
         samples = {}
-        for changefeed in self._changefeeds():
+        for changefeed in changefeeds:
             key = (changefeed.namespace, changefeed.id)
             totals = self.metrics.changefeed_totals(*key)
             samples[key] = Sample(now, self._lag(changefeed.checkpoint_ts, now) if changefeed.state in RUNNING_STATES
