@@ -215,13 +215,18 @@ class ChangefeedRunner:
             self.start(info)
         except Exception as exc:
             message = user_message(exc)
-            log.warning("changefeed %s/%s could not start: %s", info.namespace, info.id, message)
+            log.warning("changefeed %s/%s could not start: %s", info.namespace, info.id, message,
+                        extra={"changefeed": f"{info.namespace}/{info.id}"})
             key = (info.namespace, info.id)
             cancelled = self._hold_for_restart(key)
             threading.Thread(target=self._handle_failure, args=(key, message, cancelled),
                              name=f"restart-{info.id}", daemon=True).start()
 
     def start(self, info: ChangefeedInfo) -> None:
+        with changefeed_context(info.namespace, info.id):  # what the start logs is about this changefeed
+            self._start(info)
+
+    def _start(self, info: ChangefeedInfo) -> None:
         key = (info.namespace, info.id)
         parallelism = self._parallelism()  # over Spark Connect a query: not under the lock
         with self._lock:
@@ -449,7 +454,10 @@ class ChangefeedRunner:
                 if result is not None and (result.rows or result.ddls):
                     log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d in %.1fs (decode %.2fs, write %.2fs)",
                              changefeed_id, batch_id, result.start, result.end, result.rows, result.ddls,
-                             time.monotonic() - began, decoded - began, time.monotonic() - writing)
+                             time.monotonic() - began, decoded - began, time.monotonic() - writing,
+                             extra={"batch": batch_id, "start_ts": result.start, "end_ts": result.end,
+                                    "rows": result.rows, "ddls": result.ddls,
+                                    "seconds": round(time.monotonic() - began, 3)})
 
             writer.submit(write_table)
 
@@ -535,7 +543,10 @@ class ChangefeedRunner:
     def _handle_failure(self, key: tuple[str, str], message: str, cancelled: threading.Event | None = None) -> None:
         """Retry while the error is retryable and not stuck for too long, else fail. Waits out a
         retryable error's backoff, or the upstream's return (see `_wait_to_restart`)."""
-        cancelled = cancelled or self._hold_for_restart(key)
+        with changefeed_context(*key):
+            self._handle_failure_of_changefeed(key, message, cancelled or self._hold_for_restart(key))
+
+    def _handle_failure_of_changefeed(self, key: tuple[str, str], message: str, cancelled: threading.Event) -> None:
         try:
             while message is not None and not cancelled.is_set() and not self._shutdown.is_set():
                 try:
