@@ -57,6 +57,10 @@ ErrInvalidIgnoreEventType = _define("ErrInvalidIgnoreEventType", base=ErrInvalid
 ErrExpressionParseFailed = _define("ErrExpressionParseFailed", base=ErrInvalidReplicaConfig)
 ErrExpressionColumnNotFound = _define("ErrExpressionColumnNotFound", base=ErrInvalidReplicaConfig)
 ErrColumnSelectorFailed = _define("ErrColumnSelectorFailed", base=ErrInvalidReplicaConfig)
+# The initial snapshot (pipeline/snapshot.py): a chunk key that no index leads with, a table the
+# upstream user may not read.
+ErrSnapshotChunkKeyInvalid = _define("ErrSnapshotChunkKeyInvalid", base=ErrInvalidReplicaConfig)
+ErrSnapshotTablePrivilege = _define("ErrSnapshotTablePrivilege")
 ErrChangefeedNotExists = _define("ErrChangefeedNotExists", 404)
 ErrChangefeedAlreadyExists = _define("ErrChangefeedAlreadyExists")
 ErrChangefeedInvalidID = _define("ErrChangefeedInvalidID")

@@ -209,6 +209,34 @@ class ConsistentConfig:
 
 
 @dataclass
+class ChunkKeyRule:
+    """`[[snapshot.chunk-keys]]`: the columns a table's snapshot chunks are cut by, instead of its
+    primary key (or first NOT NULL unique key): the leading columns of one of its indexes, all NOT
+    NULL (docs/snapshot.md)."""
+
+    table: str = ""  # "db.table"
+    columns: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SnapshotConfig:
+    """`[snapshot]` (sparkcdc only; TiCDC has none): copy the rows the tables already hold before
+    streaming the binlog (pipeline/snapshot.py, docs/snapshot.md). Modes after Debezium's
+    snapshot.mode; the chunk size after Flink CDC's scan.incremental.snapshot.chunk.size."""
+
+    mode: str = "never"  # never | initial | initial-only
+    chunk_size: int = 50000  # rows per chunk
+    parallelism: int = 0  # chunks read at once; 0: the Spark session's cores
+    # Filter rules (the changefeed filter's syntax) narrowing which of the tables the changefeed
+    # replicates are copied; empty: all of them.
+    tables: list[str] = field(default_factory=list)
+    chunk_keys: list[ChunkKeyRule] = field(default_factory=list)
+
+
+SNAPSHOT_MODES = ("never", "initial", "initial-only")
+
+
+@dataclass
 class ReplicaConfig:
     memory_quota: int = 1073741824
     case_sensitive: bool = False
@@ -234,6 +262,7 @@ class ReplicaConfig:
     filter: FilterConfig = field(default_factory=FilterConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     consistent: ConsistentConfig = field(default_factory=ConsistentConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,6 +326,9 @@ def _init_rules() -> None:
         "integrity": {"integrity_check_level": "none", "corruption_handle_level": "warn"},
         "synced_status": {"synced_check_interval": 300, "checkpoint_interval": 15},
     }
+    _CHOICES[(SnapshotConfig, "mode")] = SNAPSHOT_MODES
+    _RANGES[(SnapshotConfig, "chunk_size")] = (1, 1 << 31)
+    _RANGES[(SnapshotConfig, "parallelism")] = (0, 1024)
     _CHOICES[(ConsistentConfig, "level")] = ("none", "eventual")
     _CHOICES[(ConsistentConfig, "compression")] = ("", "none", "lz4")
     _RANGES[(ConsistentConfig, "max_log_size")] = (0, 2**31 - 1)
@@ -523,6 +555,7 @@ def _validate_whole(config: ReplicaConfig) -> None:
     if any(ch in csv.quote for ch in "\r\n"):
         raise _invalid(f"`{prefix}quote` must not contain CR or LF")
     _validate_mq(config)
+    _validate_snapshot(config.snapshot)
     if config.sink.terminator not in ("\r\n", "\n", "\r", ""):
         raise _invalid(f"`sink.terminator` is {config.sink.terminator!r}; allowed values: \"\\r\\n\", \"\\n\", \"\\r\"")
 
@@ -569,6 +602,20 @@ def _validate_mq(config: ReplicaConfig) -> None:
                 "[prefix]{schema}[middle][{table}][suffix] with prefix, middle and suffix of "
                 "[A-Za-z0-9._-], or a plain topic name")
         _check_matchers(rule.matcher, where)
+
+
+def _validate_snapshot(snapshot: SnapshotConfig) -> None:
+    """The snapshot's table rules and chunk keys (whether a chunk key is indexed is checked against
+    the upstream at changefeed creation, pipeline/snapshot.py)."""
+    if snapshot.tables:
+        _check_matchers(snapshot.tables, "snapshot.tables")
+    for i, rule in enumerate(snapshot.chunk_keys):
+        where = f"snapshot.chunk-keys[{i}]"
+        parts = rule.table.split(".")
+        if len(parts) != 2 or not all(parts):
+            raise _invalid(f"`{where}.table` is {rule.table!r}; name one table as \"db.table\"")
+        if not rule.columns or not all(rule.columns):
+            raise _invalid(f"`{where}.columns` is empty; list the leading columns of an index of {rule.table}")
 
 
 # tiflow cdc/sink/dmlsink/mq/dispatcher/topic/expression.go topicNameRE

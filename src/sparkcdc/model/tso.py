@@ -34,8 +34,18 @@ def format_time(ts: int) -> str:
 def next_after(previous: int, event_seconds: int) -> int:
     """The commit-ts of a transaction whose binlog event time is `event_seconds`.
 
-    Strictly greater than `previous` (the last commit-ts or resolved-ts handed out for this
-    upstream), and as close to the event time as that allows.
+    At least `previous` + 2 (the last commit-ts or resolved-ts handed out for this upstream), and
+    as close to the event time as that allows. So `previous` + 1 is never a transaction's: every
+    gap between two transactions, or between a resolved-ts and the next transaction, holds a
+    commit-ts of its own, where the snapshot places a chunk read at that binlog position
+    (`free_slot_after`, pipeline/snapshot.py).
     """
     candidate = compose(event_seconds * 1000, 0)
-    return candidate if candidate > previous else previous + 1
+    return candidate if candidate > previous + 1 else previous + 2
+
+
+def free_slot_after(ts: int) -> int:
+    """The commit-ts just after `ts` (a commit-ts or resolved-ts of the puller): no transaction
+    has it (next_after), so rows given it sort after everything at or before `ts` and before the
+    next transaction."""
+    return ts + 1

@@ -407,13 +407,15 @@ class Puller:
         def flush() -> None:
             # Only called between transactions, so resolved-ts covers exactly the persisted txns.
             nonlocal pending_txns, pending_ddls, pending_versions, pending_databases, last_flush
-            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases)
+            position = BinlogPosition(stream.log_file, stream.log_pos)
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases,
+                              position)
             self.indexed_transactions += len(pending_txns)
             self.indexed_binlog_bytes += sum(txn.size for txn in pending_txns)
             pending_txns, pending_ddls, pending_versions, pending_databases = [], [], [], []
             last_flush = time.monotonic()
             with self._progress:
-                self._flushed_position = BinlogPosition(stream.log_file, stream.log_pos)
+                self._flushed_position = position
                 self._progress.notify_all()
 
         while not self._stop.is_set():

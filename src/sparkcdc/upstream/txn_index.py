@@ -317,6 +317,28 @@ class TxnIndex:
                 return commit_ts
         return self.first_ts()
 
+    def covers(self, position: BinlogPosition) -> bool:
+        """Whether every transaction that ends at or before `position` is in the index: the puller
+        has read the binlog up to it (a transaction ends there or later, or the puller said so)."""
+        last = self.last_txn()
+        if last is not None and last.end.key() >= position.key():
+            return True
+        with self._connect() as conn:
+            text = self._meta(conn, "read_position") or self._meta(conn, "start_position")
+        return text is not None and BinlogPosition.parse(text).key() >= position.key()
+
+    def ts_at_position(self, position: BinlogPosition) -> Optional[int]:
+        """The commit-ts of the last transaction ending at or before `position` (first_ts when none
+        does), for a position the index `covers`; None before the index's start."""
+        start = self.start_position()
+        if start is None or position.key() < start.key():
+            return None
+        with self._connect() as conn:
+            row = conn.execute(
+                "SELECT commit_ts FROM txns WHERE end_file < ? OR (end_file = ? AND end_pos <= ?)"
+                " ORDER BY commit_ts DESC LIMIT 1", (position.file, position.file, position.pos)).fetchone()
+        return row[0] if row else self.first_ts()
+
     def schema_gc_ts(self) -> int:
         """Schema versions before this ts were garbage-collected; nothing may start before it."""
         with self._connect() as conn:
@@ -440,8 +462,10 @@ class TxnIndex:
         versions: Sequence[TableVersion],
         resolved_ts: int,
         databases: Sequence[tuple[str, int, Optional[str]]] = (),
+        position: Optional[BinlogPosition] = None,
     ) -> None:
-        """Persist a batch of transactions and move resolved-ts, atomically."""
+        """Persist a batch of transactions and move resolved-ts, atomically; `position`: where the
+        puller has read the binlog up to (`covers`)."""
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -479,6 +503,9 @@ class TxnIndex:
                     "UPDATE meta SET value=? WHERE key='resolved_ts' AND CAST(value AS INTEGER) < ?",
                     (str(resolved_ts), resolved_ts),
                 )
+                if position is not None:
+                    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('read_position', ?)",
+                                 (str(position),))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
