@@ -34,6 +34,21 @@ def mariadb_factory(tmp_path_factory):
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def mariadb_factory_module(tmp_path_factory):
+    """`mariadb_factory` for servers a whole test module shares."""
+    started: list[MariaDBServer] = []
+
+    def start(extra_config: dict[str, str] | None = None) -> MariaDBServer:
+        server = MariaDBServer(str(tmp_path_factory.mktemp("mariadb-extra")), extra_config=extra_config)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
 _db_counter = itertools.count()
 
 

@@ -61,6 +61,7 @@ ErrColumnSelectorFailed = _define("ErrColumnSelectorFailed", base=ErrInvalidRepl
 # upstream user may not read.
 ErrSnapshotChunkKeyInvalid = _define("ErrSnapshotChunkKeyInvalid", base=ErrInvalidReplicaConfig)
 ErrSnapshotTablePrivilege = _define("ErrSnapshotTablePrivilege")
+ErrSnapshotRequestInvalid = _define("ErrSnapshotRequestInvalid")
 ErrChangefeedNotExists = _define("ErrChangefeedNotExists", 404)
 ErrChangefeedAlreadyExists = _define("ErrChangefeedAlreadyExists")
 ErrChangefeedInvalidID = _define("ErrChangefeedInvalidID")

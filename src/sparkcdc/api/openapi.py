@@ -117,7 +117,7 @@ SCHEMAS: dict[str, dict] = {
         "config": _ref("ReplicaConfig"), "state": {"type": "string", "enum": _STATES},
         "error": _ref("RunningError"), "creator_version": _STR, "resolved_ts": _INT, "checkpoint_ts": _INT,
         "checkpoint_time": _TIME, "task_status": {"type": "array", "items": _ref("CaptureTaskStatus")},
-        "puller": _ref("PullerState"),
+        "puller": _ref("PullerState"), "snapshot": _ref("SnapshotProgress"),
     }, required=("upstream_id", "namespace", "id", "sink_uri", "create_time", "start_ts", "target_ts",
                  "admin_job_type", "config", "state", "error", "creator_version", "resolved_ts", "checkpoint_ts",
                  "checkpoint_time", "task_status")),
@@ -135,6 +135,22 @@ SCHEMAS: dict[str, dict] = {
         "synced": _BOOL, "sink_checkpoint_ts": _TIME, "puller_resolved_ts": _TIME, "last_synced_ts": _TIME,
         "now_ts": _TIME, "info": _STR,
     }),
+    "TableSnapshotProgress": _object({
+        "table": _STR, "state": {"type": "string", "enum": ["pending", "copying", "done", "skipped"]},
+        "chunks_done": _INT, "chunks_total": _INT, "rows": _INT, "estimated_rows": _INT,
+        "rows_per_second": {"type": "number", "minimum": 0}, "eta_seconds": _nullable({"type": "number"}),
+        "incremental": _BOOL, "skipped": _STR,
+    }, required=("table", "state", "chunks_done", "chunks_total", "rows", "estimated_rows", "rows_per_second",
+                 "eta_seconds", "incremental")),
+    "SnapshotProgress": _object({
+        "state": {"type": "string", "enum": ["none", "pending", "copying", "done"]},
+        "tables_done": _INT, "tables_total": _INT, "chunks_done": _INT, "chunks_total": _INT, "rows": _INT,
+        "rows_per_second": {"type": "number", "minimum": 0}, "eta_seconds": _nullable({"type": "number"}),
+        "tables": {"type": "array", "items": _ref("TableSnapshotProgress")},
+    }, required=("state",)),
+    "SnapshotRequest": _request({"tables": {"type": "array", "minItems": 1, "items": {
+        "type": "string", "description": "`db.table`"}}}, required=("tables",)),
+    "SnapshotRequestAccepted": _object({"request_id": _INT, "tables": {"type": "array", "items": _STR}}),
     "CaptureTaskStatus": _object({"capture_id": _STR, "table_ids": {"type": "array", "items": {"type": "integer"}}}),
     "EtcdData": _object({"key": _STR, "value": _STR}),
     "EtcdDataList": {"type": "array", "items": _ref("EtcdData")},
@@ -198,6 +214,12 @@ PATHS: dict[str, dict] = {
         "get": _op("state, checkpoint and last error", "ChangefeedStatus", 404, params=(_CF_ID, _NAMESPACE))},
     "/api/v2/changefeeds/{changefeed_id}/synced": {
         "get": _op("whether the downstream has caught up", "SyncedStatus", 404, params=(_CF_ID, _NAMESPACE))},
+    "/api/v2/changefeeds/{changefeed_id}/snapshot": {
+        "get": _op("the initial snapshot's progress per table (sparkcdc)", "SnapshotProgress", 404,
+                   params=(_CF_ID, _NAMESPACE)),
+        "post": _op("copy tables again while the changefeed streams (sparkcdc; like Debezium's ad-hoc snapshots)",
+                    "SnapshotRequestAccepted", 404, body=_body("SnapshotRequest", True), params=(_CF_ID, _NAMESPACE),
+                    write=True)},
     "/api/v2/changefeeds/{changefeed_id}/pause": {
         "post": _op("pause a changefeed", None, 404, params=(_CF_ID, _NAMESPACE), write=True)},
     "/api/v2/changefeeds/{changefeed_id}/resume": {

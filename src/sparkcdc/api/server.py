@@ -196,6 +196,8 @@ class OpenAPI:
             ("GET", cf + r"/status", self.changefeed_status),
             ("GET", cf + r"/meta_info", self.get_changefeed_meta_info),
             ("GET", cf + r"/synced", self.changefeed_synced),
+            ("GET", cf + r"/snapshot", self.changefeed_snapshot),
+            ("POST", cf + r"/snapshot", self.changefeed_snapshot),
             ("POST", cf + r"/pause", self.pause_changefeed),
             ("POST", cf + r"/resume", self.resume_changefeed),
             ("GET", r"/api/v2/captures", self.list_captures),
@@ -435,7 +437,36 @@ class OpenAPI:
         # sparkcdc's own: the binlog puller of the capture answering (its problems also show as the
         # changefeed's warning or error on the capture that runs it).
         document["puller"] = self.controller.puller_state()
+        snapshot = snapshot_progress(self.store, info)
+        if snapshot is not None:
+            document["snapshot"] = snapshot
         return _ok(document)
+
+    def changefeed_snapshot(self, request: _Request, changefeed_id: str) -> _Response:
+        """sparkcdc's own: the initial snapshot's progress (GET) or a request to copy tables again (POST)."""
+        info = self.store.get_changefeed(request.namespace, changefeed_id)
+        if request.method == "POST":
+            body = request.json(required=True, allowed=("tables",))
+            tables = body.get("tables")
+            if not isinstance(tables, list) or not tables or not all(
+                    isinstance(t, str) and len(t.split(".")) == 2 and all(t.split(".")) for t in tables):
+                raise errors.ErrAPIInvalidParam('`tables` must list tables as "db.table", e.g. {"tables": ["shop.orders"]}')
+            config = replica_config_from_dict(info.config)
+            if config.snapshot.mode == "never":
+                raise errors.ErrSnapshotRequestInvalid(
+                    f"changefeed {info.namespace}/{info.id} has `[snapshot] mode = \"never\"`, so nothing copies tables; "
+                    "update it with mode = \"initial\" (pause, update, resume), then ask again")
+            from sparkcdc.filter.table_filter import TableFilter
+
+            selected = TableFilter(config.filter.rules, config.case_sensitive)
+            outside = [t for t in tables if not selected.match(*t.split("."))]
+            if outside:
+                raise errors.ErrSnapshotRequestInvalid(
+                    f"{', '.join(outside)} not replicated by changefeed {info.namespace}/{info.id} (its filter leaves "
+                    "them out); add them to the filter rules (pause, update, resume), then ask again")
+            number = self.store.request_snapshot(info.namespace, info.id, tables)
+            return _ok({"request_id": number, "tables": tables})
+        return _ok(snapshot_progress(self.store, info) or {"state": "none"})
 
     def get_changefeed_meta_info(self, request: _Request, changefeed_id: str) -> _Response:
         return _ok(self._info_json(self.store.get_changefeed(request.namespace, changefeed_id)))
@@ -837,3 +868,14 @@ def serve(addr: str, store: MetaStore, controller: ChangefeedController, securit
     security = security.validate()
     return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller, security, observability),
                      security, verify_user)
+
+
+def snapshot_progress(store, info: ChangefeedInfo) -> dict | None:
+    """The initial snapshot's progress (model/snapshot.py) of a changefeed with `[snapshot]`."""
+    config = info.config.get("snapshot") or {}
+    if config.get("mode", "never") == "never":
+        return None
+    from sparkcdc.model.snapshot import SnapshotState
+
+    return SnapshotState.from_json(store.get_snapshot(info.namespace, info.id)).progress(
+        int(config.get("chunk_size") or 50000))

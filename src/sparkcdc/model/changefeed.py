@@ -57,3 +57,11 @@ class ChangefeedStore(Protocol):
 
     def advance_checkpoint(self, namespace: str, changefeed_id: str, checkpoint_ts: int, resolved_ts: int) -> None:
         """Move the checkpoint and resolved ts forward; a stale (smaller) value is ignored."""
+
+    def get_snapshot(self, namespace: str, changefeed_id: str) -> dict | None:
+        """The changefeed's snapshot state (model/snapshot.py SnapshotState JSON), None if none."""
+
+    def put_snapshot(self, namespace: str, changefeed_id: str, document: dict) -> None: ...
+
+    def snapshot_requests(self, namespace: str, changefeed_id: str) -> list[dict]:
+        """Snapshots asked for through the API: [{"id": n, "tables": ["db.t", ...]}], oldest first."""

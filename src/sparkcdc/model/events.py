@@ -145,6 +145,7 @@ class RowChange:
     before: Optional[tuple[Value, ...]] = None  # delete and update
     after: Optional[tuple[Value, ...]] = None  # insert and update
     seq: int = 0  # position of the row within its transaction
+    snapshot: bool = False  # an insert read by the initial snapshot (pipeline/snapshot.py)
 
     def __post_init__(self):
         needs = {"insert": (False, True), "update": (True, True), "delete": (True, False)}[self.op]

@@ -131,6 +131,7 @@ class SnapshotState:
     tables: list[TableSnapshot] = field(default_factory=list)
     bootstrapped: bool = False  # the CREATE DATABASE/TABLE events went to the sink
     start_ts: int = 0  # the checkpoint the copy started at
+    handled_request: int = 0  # the last snapshot request (API) taken into `tables`
 
     @property
     def finished(self) -> bool:
@@ -155,11 +156,11 @@ class SnapshotState:
 
     def to_json(self) -> dict:
         return {"tables": [t.to_dict() for t in self.tables], "bootstrapped": self.bootstrapped,
-                "start_ts": self.start_ts}
+                "start_ts": self.start_ts, "handled_request": self.handled_request}
 
     @classmethod
     def from_json(cls, data: Optional[dict]) -> "SnapshotState":
         if not data:
             return cls()
         return cls([TableSnapshot.from_dict(t) for t in data.get("tables", [])], data.get("bootstrapped", False),
-                   data.get("start_ts", 0))
+                   data.get("start_ts", 0), data.get("handled_request", 0))

@@ -71,14 +71,16 @@ class TableRows:
     table: str
     rows: pa.Table
 
-    def changes(self) -> list[RowChange]:
-        return _row_changes(self.schema, self.table, self.rows)
+    def changes(self, snapshot_ts: frozenset[int] = frozenset()) -> list[RowChange]:
+        return _row_changes(self.schema, self.table, self.rows, snapshot_ts)
 
 
-def _row_changes(schema: str, table: str, rows: pa.Table) -> list[RowChange]:
+def _row_changes(schema: str, table: str, rows: pa.Table, snapshot_ts: frozenset[int] = frozenset()) -> list[RowChange]:
+    """The rows as RowChanges; those at a commit-ts of `snapshot_ts` (placed snapshot chunks) are
+    marked as snapshot reads."""
     # ~4 us a row on a loaded 2-core machine: the columnar path exists to skip this.
     return [RowChange(commit_ts, schema, table, op, None if before is None else tuple(before),
-                      None if after is None else tuple(after), seq)
+                      None if after is None else tuple(after), seq, commit_ts in snapshot_ts)
             for commit_ts, seq, op, before, after in zip(*(rows[c].to_pylist() for c in _ROW_COLUMNS))]
 
 
@@ -128,6 +130,16 @@ class BatchRedo(Protocol):
     def batch(self, start: int, end: int): ...
     def checkpoint(self, ts: int) -> None: ...
     def flush_checkpoint(self, ts: int) -> None: ...
+
+
+class BatchSnapshot(Protocol):
+    """The initial snapshot as the batch writer sees it (sparkcdc.pipeline.snapshot.SnapshotStage)."""
+
+    def wait_for_reads(self, end: int) -> None: ...
+    def placements(self, start: int, end: int) -> list: ...
+    def merge(self, batch: pa.Table, placements: list) -> pa.Table: ...
+    def copying_tables(self) -> frozenset[tuple[str, str]]: ...
+    def placed(self, placements: list) -> bool: ...
 
 
 class BatchSyncpoint(Protocol):
@@ -246,24 +258,28 @@ def _planned_rows(info: TableInfo, rows: list[RowChange], split_updates: bool,
 
 
 def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updates: bool,
-                 filters: ChangeFilters | None) -> int:
+                 filters: ChangeFilters | None, snapshot_ts: frozenset[int] = frozenset()) -> int:
     """Write one table's rows; returns how many the sink got.
 
     Transactions that netting, update split and the filters would pass unchanged go to an
-    Arrow-accepting sink as columns, never becoming RowChanges; the rest take the RowChange path.
+    Arrow-accepting sink as columns, never becoming RowChanges; the rest take the RowChange path,
+    and so do snapshot rows (commit-ts in `snapshot_ts`) for a sink that marks them.
     """
     if not sink.accepts_arrow or (filters is not None and filters.changes_rows_of(info)):
-        planned_info, changes = _planned_rows(info, table_rows.changes(), split_updates, filters)
+        planned_info, changes = _planned_rows(info, table_rows.changes(snapshot_ts), split_updates, filters)
         sink.write_rows(planned_info, changes)
         return len(changes)
     columns = [table_rows.rows[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")]
-    rewritten = _transactions_rewritten(info, *columns, split_updates).to_numpy(zero_copy_only=False)
+    rewritten = _transactions_rewritten(info, *columns, split_updates)
+    if snapshot_ts and sink.marks_snapshot_rows:
+        rewritten = pc.or_(rewritten, pc.is_in(columns[0], value_set=pa.array(sorted(snapshot_ts), pa.int64())))
+    rewritten = rewritten.to_numpy(zero_copy_only=False)
     written = 0
     for low, high in runs_of_equal(rewritten):
         if rewritten[low]:
             run = table_rows.rows.slice(low, high - low)
-            planned_info, changes = _planned_rows(info, _row_changes(table_rows.schema, table_rows.table, run),
-                                                  split_updates, filters)
+            planned_info, changes = _planned_rows(info, _row_changes(table_rows.schema, table_rows.table, run,
+                                                                     snapshot_ts), split_updates, filters)
             sink.write_rows(planned_info, changes)
             written += len(changes)
         else:
@@ -314,12 +330,21 @@ def write_batch(
     ddl_policy: DDLPolicy = DDLPolicy(),  # allow list: force-replicate, skip unparseable DDL, BDR roles
     redo: BatchRedo | None = None,  # [consistent] level = "eventual": logged before the sink applies
     syncpoint: BatchSyncpoint | None = None,  # enable-sync-point
+    snapshot: BatchSnapshot | None = None,  # [snapshot]: chunks placed into the batch
 ) -> BatchResult | None:
     bounds = batch_bounds(table)
     if bounds is None:
         return None
     start, end = bounds
     began, bytes_before = time.monotonic(), sink.bytes_written
+    placements: list = []
+    if snapshot is not None:
+        # Every chunk read at a position inside the batch must be in hand before it is written.
+        snapshot.wait_for_reads(end)
+        placements = snapshot.placements(start, end)
+        table = snapshot.merge(table, placements)
+        sink.set_snapshot_tables(snapshot.copying_tables())
+    snapshot_ts = frozenset(placement.commit_ts for placement in placements)
     written = 0
     planned: list[tuple[TableInfo, list[RowChange]]] = []
     in_binlog_order: list[tuple[TableInfo, list[RowChange]]] = []
@@ -336,9 +361,9 @@ def write_batch(
                 continue
         if redo is None:
             # The sink's writers start while the next table is planned.
-            written += _write_table(info, table_rows, sink, split_updates, filters)
+            written += _write_table(info, table_rows, sink, split_updates, filters, snapshot_ts)
         else:
-            planned.append(_planned_rows(info, table_rows.changes(), split_updates, filters))
+            planned.append(_planned_rows(info, table_rows.changes(snapshot_ts), split_updates, filters))
     # Allow list, valid-index and rename rules; a DDL that must stop the changefeed raises
     # after the rows before it are downstream, as it always did.
     ddl_error: Exception | None = None
@@ -379,6 +404,8 @@ def write_batch(
         if (text := failpoint.value(KILL_AFTER_DDL)) is not None and any(text in ddl.query for ddl in ddls):
             failpoint.kill_process_group(KILL_AFTER_DDL, f"after the DDL matching {text!r}, before its checkpoint")
     ddl_done = time.monotonic()
+    if placements:
+        snapshot.placed(placements)  # downstream now: never read again, even if the checkpoint write fails
     if syncpoint is not None and syncpoint.due(start, end):
         position = index.position_at(end)
         syncpoint.record(end, str(position) if position is not None else None)

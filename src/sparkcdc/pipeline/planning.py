@@ -44,6 +44,7 @@ from pyspark.sql.datasource import InputPartition
 from sparkcdc.model.events import TableInfo
 from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
 from sparkcdc.upstream.range_reader import BinlogRange
+from sparkcdc.upstream.snapshot_reader import ChunkRead
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
     from sparkcdc.model.position import BinlogPosition
@@ -80,6 +81,13 @@ class MarkerPartition(InputPartition):
 
     start: int
     end: int
+
+
+@dataclass(frozen=True)
+class ChunkPartition(InputPartition):
+    """A chunk of a table for the snapshot to read on an executor (pipeline/snapshot.py)."""
+
+    chunk: ChunkRead
 
 
 @dataclass(frozen=True)

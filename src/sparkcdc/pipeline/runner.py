@@ -37,7 +37,7 @@ import shutil
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 
@@ -62,6 +62,9 @@ from sparkcdc.sink.registry import SinkSpec, parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
 from sparkcdc.upstream.puller import RUNNING, PullerHealth
 from sparkcdc.upstream.txn_index import TxnIndex
+
+if TYPE_CHECKING:
+    from sparkcdc.pipeline.snapshot import SnapshotStage
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +248,12 @@ class ChangefeedRunner:
             # previous run: the sink writes those rows idempotently (TiCDC's replicating ts).
             sink = spec.open(replicating_ts=TxnIndex(self._index_path).resolved_ts(), retry_seconds=SINK_RETRY_SECONDS,
                              changefeed=f"{info.namespace}/{info.id}", changefeed_epoch=info.create_time)
+            spool_dir = self._spool_dir(info)
+            try:
+                snapshot = self._snapshot_stage(info, config, sink, parallelism, spool_dir)
+            except BaseException:
+                _close_quietly(sink)
+                raise
             status = self._store.get_status(info.namespace, info.id)
             # Each run's readers get their own server_id range.
             server_id_base = self._next_server_id
@@ -262,7 +271,7 @@ class ChangefeedRunner:
                 split_transactions=spec.splits_large_transactions,
                 bdr_mode=config.bdr_mode,
                 batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
-                spool_dir=self._spool_dir(info),
+                spool_dir=spool_dir,
                 hold_file=hold_file,
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
@@ -276,6 +285,7 @@ class ChangefeedRunner:
             except BaseException:
                 _close_quietly(sink)  # e.g. an unreachable redo storage: the restart makes a new sink
                 raise
+            extras = (*extras, snapshot)
             name = f"changefeed-{info.namespace}-{info.id}"
             writer = PipelinedWriter(f"write-{info.id}")
             self.before_start()
@@ -296,12 +306,14 @@ class ChangefeedRunner:
                     .start()
                 )
             self._running[key] = _Running(query, writer, sink, stopping, extras)
+            if snapshot is not None:
+                snapshot.start()
             if info.state == "warning" and key not in self._retrying:  # a warning from before a restart
                 self._retrying[key] = _Retrying(_error_time(info.error) or self._clock(),
                                                 upstream=is_upstream_failure((info.error or {}).get("message", "")),
                                                 connects=self._upstream_health().connects)
         threading.Thread(
-            target=self._watch, args=(key, query, writer, stopping), name=f"watch-{info.id}", daemon=True
+            target=self._watch, args=(key, query, writer, stopping, snapshot), name=f"watch-{info.id}", daemon=True
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
 
@@ -333,6 +345,34 @@ class ChangefeedRunner:
             return
         for (schema, table), keys in sorted(cascaded_tables(foreign_keys, spec.config).items()):
             _warn_cascade(info, spec, f"{schema}.{table}", "; ".join(map(describe_cascade, keys)))
+
+    def _snapshot_stage(self, info: ChangefeedInfo, config: ReplicaConfig, sink: Sink, parallelism: int,
+                        spool_dir: str) -> "SnapshotStage | None":
+        """The changefeed's snapshot stage when `[snapshot] mode` asks for one; on its first start it
+        sends the tables' definitions to the sink and moves the checkpoint to where the copy starts."""
+        if config.snapshot.mode == "never":
+            return None
+        from sparkcdc.pipeline.snapshot import SnapshotStage
+
+        index = TxnIndex(self._index_path)
+        options = SourceOptions(index_path=self._index_path, upstream_uri=self._upstream_uri, start_ts=0,
+                                spool_dir=spool_dir)
+
+        def read_wave(reads):
+            from sparkcdc.pipeline.connect_loop import BATCH_SOURCE_NAME, BatchPlan
+            from sparkcdc.pipeline.planning import ChunkPartition
+
+            plan = BatchPlan(options, tuple(ChunkPartition(read) for read in reads))
+            session = getattr(self._spark, "session", self._spark)
+            return unpack_changes(session.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load().toArrow())
+
+        stage = SnapshotStage(info.namespace, info.id, config, self._upstream_uri, index, self._store, read_wave,
+                              parallelism)
+        checkpoint = self._store.get_status(info.namespace, info.id).checkpoint_ts
+        start = stage.bootstrap(sink, checkpoint)
+        if start > checkpoint:
+            self._store.advance_checkpoint(info.namespace, info.id, start, index.resolved_ts())
+        return stage
 
     def _spool_dir(self, info: ChangefeedInfo) -> str:
         """The changefeed's spool directory, emptied, when the read tasks run on this machine (a
@@ -382,7 +422,7 @@ class ChangefeedRunner:
 
     def _batch_writer(self, info: ChangefeedInfo, spec: SinkSpec, writer: PipelinedWriter, sink,
                       stopping: threading.Event, changefeed_metrics: ChangefeedMetrics | None = None,
-                      redo=None, syncpoint=None):
+                      redo=None, syncpoint=None, snapshot=None):
         config = spec.config
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
@@ -393,10 +433,12 @@ class ChangefeedRunner:
                                bdr_mode=config.bdr_mode, bdr_role=config.bdr_role)
         filters = ChangeFilters(config)
 
+        initial_only = config.snapshot.mode == "initial-only"
+
         def on_checkpoint(ts: int) -> None:
             self._store.advance_checkpoint(namespace, changefeed_id, ts, index.resolved_ts())
             self._recovered((namespace, changefeed_id))
-            if target_ts and ts >= target_ts:
+            if (target_ts and ts >= target_ts) or (initial_only and snapshot is not None and snapshot.finished):
                 self._finish(namespace, changefeed_id)
 
         last_job = [float("-inf")]  # when this query last ran a Spark job (monotonic)
@@ -439,7 +481,7 @@ class ChangefeedRunner:
                 writing = time.monotonic()
                 try:
                     result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
-                                         split_updates, filters, ddl_policy, redo, syncpoint)
+                                         split_updates, filters, ddl_policy, redo, syncpoint, snapshot)
                 except BaseException:
                     if changefeed_metrics is not None:
                         changefeed_metrics.record_sink_error()
@@ -470,16 +512,18 @@ class ChangefeedRunner:
         # Stopping the query from inside its own batch would deadlock: do it from a thread.
         threading.Thread(target=self.stop, args=(namespace, changefeed_id), daemon=True).start()
 
-    def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event) -> None:
+    def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event, snapshot=None) -> None:
         with changefeed_context(*key):
-            self._watch_query(key, query, writer, stopping)
+            self._watch_query(key, query, writer, stopping, snapshot)
 
-    def _watch_query(self, key, query, writer: PipelinedWriter, stopping: threading.Event) -> None:
+    def _watch_query(self, key, query, writer: PipelinedWriter, stopping: threading.Event, snapshot=None) -> None:
         failure = None  # what the watcher itself stopped the query for
         try:
             while not query.awaitTermination(WATCH_SECONDS):
-                # A failed write with no next batch to fail the query, or a puller that stopped for good.
-                failure = writer.failure or self._upstream_failure(key)
+                # A failed write with no next batch to fail the query, a failed snapshot read, or a
+                # puller that stopped for good.
+                failure = (writer.failure or (snapshot.failure if snapshot is not None else None)
+                           or self._upstream_failure(key))
                 if failure is not None and not stopping.is_set():
                     stopping.set()
                     query.stop()

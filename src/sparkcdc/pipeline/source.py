@@ -18,9 +18,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from sparkcdc.model.change_batch import marker_batch
-from sparkcdc.pipeline.planning import BatchOffset, BatchPacer, MarkerPartition, SourceOptions, plan_partitions
+from sparkcdc.pipeline.planning import (BatchOffset, BatchPacer, ChunkPartition, MarkerPartition, SourceOptions,
+                                        plan_partitions)
 from sparkcdc.pipeline.transport import SPARK_SCHEMA, pack_batch, spool_batches
 from sparkcdc.upstream.range_reader import read_range_batches
+from sparkcdc.upstream.snapshot_reader import read_chunk_batches
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
     from sparkcdc.upstream.txn_index import TxnIndex
@@ -29,12 +31,16 @@ SOURCE_NAME = "sparkcdc_binlog"
 
 
 def read_partition(partition: InputPartition, spool_dir: str = "") -> Iterator[pa.RecordBatch]:
-    """A read task: the partition's change batches packed for Spark (SPARK_SCHEMA), or with
+    """A read task (a binlog range, or a snapshot chunk): the partition's change batches packed for
+    Spark (SPARK_SCHEMA), or with
     `spool_dir` one value naming the file they were spooled to (pipeline/transport.py)."""
     if isinstance(partition, MarkerPartition):
         yield pack_batch(marker_batch(partition.start, partition.end))
         return
-    batches = read_range_batches(partition.binlog_range)
+    if isinstance(partition, ChunkPartition):
+        batches = read_chunk_batches(partition.chunk)
+    else:
+        batches = read_range_batches(partition.binlog_range)
     if spool_dir:
         yield spool_batches(batches, spool_dir)
         return

@@ -104,4 +104,8 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(BinlogDataSource)
+    # Batch reads of planned partitions: the snapshot's chunk reads (pipeline/snapshot.py).
+    from sparkcdc.pipeline.connect_loop import PlannedBinlogSource
+
+    spark.dataSource.register(PlannedBinlogSource)
     return spark

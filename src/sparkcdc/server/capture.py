@@ -260,6 +260,13 @@ class Capture:
             index = TxnIndex(self.index_path)
             eligible, _ = verify_tables(index.tables_at(index.resolved_ts()), config)
             spec.check_bdr_downstream(eligible)
+        if config.snapshot.mode != "never":
+            # Unreadable tables and chunk keys no index leads with fail the creation, not the copy.
+            from sparkcdc.pipeline.snapshot import snapshot_tables, verify_snapshot
+
+            index = TxnIndex(self.index_path)
+            verify_snapshot(self.upstream,
+                            snapshot_tables(index, index.resolved_ts(), config), config)
 
     def resolve_start_ts(self, start_ts) -> int:
         self._ensure_puller()

@@ -67,6 +67,12 @@ class ClusterKeys:
     def status(self, namespace: str, changefeed_id: str) -> str:
         return f"{self.prefix}{namespace}/changefeed/status/{changefeed_id}"
 
+    def snapshot(self, namespace: str, changefeed_id: str) -> str:
+        return f"{self.prefix}{namespace}/snapshot/state/{changefeed_id}"
+
+    def snapshot_requests(self, namespace: str, changefeed_id: str) -> str:
+        return f"{self.prefix}{namespace}/snapshot/request/{changefeed_id}"
+
     def assignment(self, namespace: str, changefeed_id: str) -> str:
         return f"{self.prefix}{namespace}/task/assignment/{changefeed_id}"
 
@@ -132,7 +138,9 @@ class EtcdMetaStore:
         info_key = self.keys.info(namespace, changefeed_id)
         ok, _ = self.client.txn(
             [{"key": key_missing(info_key)["key"], "result": "GREATER", "target": "CREATE", "create_revision": 0}],
-            [delete_op(info_key), delete_op(self.keys.status(namespace, changefeed_id))],
+            [delete_op(info_key), delete_op(self.keys.status(namespace, changefeed_id)),
+             delete_op(self.keys.snapshot(namespace, changefeed_id)),
+             delete_op(self.keys.snapshot_requests(namespace, changefeed_id))],
         )
         if not ok:
             raise _not_exists(namespace, changefeed_id)
@@ -181,6 +189,31 @@ class EtcdMetaStore:
                             checkpoint_position=checkpoint_position)
             if self._write(key, kv, _dump(document), (), namespace, changefeed_id):
                 return
+
+    # -- the initial snapshot (model/snapshot.py) -------------------------------------------------
+    def get_snapshot(self, namespace: str, changefeed_id: str) -> Optional[dict]:
+        kv = self.client.get(self.keys.snapshot(namespace, changefeed_id))
+        return None if kv is None else kv.json()
+
+    def put_snapshot(self, namespace: str, changefeed_id: str, document: dict) -> None:
+        self.client.txn([], [put_op(self.keys.snapshot(namespace, changefeed_id), _dump(document))])
+
+    def snapshot_requests(self, namespace: str, changefeed_id: str) -> list[dict]:
+        kv = self.client.get(self.keys.snapshot_requests(namespace, changefeed_id))
+        return [] if kv is None else kv.json().get("requests", [])
+
+    def request_snapshot(self, namespace: str, changefeed_id: str, tables: list[str]) -> int:
+        """Ask the changefeed to copy `tables` again; the request's id."""
+        self.get_changefeed(namespace, changefeed_id)
+        key = self.keys.snapshot_requests(namespace, changefeed_id)
+        while True:
+            kv = self.client.get(key)
+            document = {"requests": []} if kv is None else kv.json()
+            number = max((r["id"] for r in document["requests"]), default=0) + 1
+            document["requests"] = [*document["requests"][-99:], {"id": number, "tables": list(tables)}]
+            condition = key_missing(key) if kv is None else key_unchanged(key, kv.mod_revision)
+            if self.client.txn([condition], [put_op(key, _dump(document))])[0]:
+                return number
 
     def _write(self, key: str, kv: KeyValue, value: str, fence: Sequence[dict], namespace: str,
                changefeed_id: str) -> bool:

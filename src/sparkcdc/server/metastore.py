@@ -33,6 +33,12 @@ class _Keys:
     def status(self, namespace: str, changefeed_id: str) -> str:
         return f"{self.prefix}{namespace}/changefeed/status/{changefeed_id}"
 
+    def snapshot(self, namespace: str, changefeed_id: str) -> str:
+        return f"{self.prefix}{namespace}/snapshot/state/{changefeed_id}"
+
+    def snapshot_requests(self, namespace: str, changefeed_id: str) -> str:
+        return f"{self.prefix}{namespace}/snapshot/request/{changefeed_id}"
+
 
 class MetaStore:
     """Changefeed info and status documents in one SQLite file."""
@@ -120,6 +126,8 @@ class MetaStore:
                                  self._keys.status(namespace, changefeed_id)))
             if cursor.rowcount == 0:
                 raise _not_exists(namespace, changefeed_id)
+            db.execute("DELETE FROM meta WHERE key IN (?, ?)", (self._keys.snapshot(namespace, changefeed_id),
+                                                                self._keys.snapshot_requests(namespace, changefeed_id)))
 
     def get_status(self, namespace: str, changefeed_id: str) -> ChangefeedStatus:
         with closing(self._connect()) as db:
@@ -150,6 +158,32 @@ class MetaStore:
             document["checkpoint_ts"] = document["min_table_barrier_ts"] = checkpoint_ts
             document["resolved_ts"] = checkpoint_ts
             self._put(db, key, document)
+
+    # -- the initial snapshot (model/snapshot.py) -------------------------------------------------
+    def get_snapshot(self, namespace: str, changefeed_id: str) -> dict | None:
+        with closing(self._connect()) as db:
+            return self._get(db, self._keys.snapshot(namespace, changefeed_id))
+
+    def put_snapshot(self, namespace: str, changefeed_id: str, document: dict) -> None:
+        with self._transaction() as db:
+            self._put(db, self._keys.snapshot(namespace, changefeed_id), document)
+
+    def snapshot_requests(self, namespace: str, changefeed_id: str) -> list[dict]:
+        with closing(self._connect()) as db:
+            document = self._get(db, self._keys.snapshot_requests(namespace, changefeed_id))
+        return (document or {}).get("requests", [])
+
+    def request_snapshot(self, namespace: str, changefeed_id: str, tables: list[str]) -> int:
+        """Ask the changefeed to copy `tables` again; the request's id."""
+        key = self._keys.snapshot_requests(namespace, changefeed_id)
+        with self._transaction() as db:
+            if self._get(db, self._keys.info(namespace, changefeed_id)) is None:
+                raise _not_exists(namespace, changefeed_id)
+            document = self._get(db, key) or {"requests": []}
+            number = max((r["id"] for r in document["requests"]), default=0) + 1
+            document["requests"] = [*document["requests"][-99:], {"id": number, "tables": list(tables)}]
+            self._put(db, key, document)
+        return number
 
 
 def _not_exists(namespace: str, changefeed_id: str) -> ErrChangefeedNotExists:

@@ -30,6 +30,18 @@ class Sink(ABC):
         path); False by default, and the writer then hands every row as a RowChange."""
         return False
 
+    @property
+    def marks_snapshot_rows(self) -> bool:
+        """Whether the sink's output tells snapshot rows (RowChange.snapshot) from inserts
+        (Debezium's op "r"); then the batch writer hands them as RowChanges. False by default."""
+        return False
+
+    def set_snapshot_tables(self, tables: frozenset[tuple[str, str]]) -> None:
+        """The tables whose initial snapshot is still being copied (pipeline/snapshot.py): their
+        rows may meet rows already downstream in any state (a chunk's insert of a row an earlier
+        change inserted, a key moved into a copied chunk), so a sink that can write idempotently
+        (MySQL: split updates, REPLACE) does so for them. Nothing to do by default."""
+
     @abstractmethod
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None: ...
 

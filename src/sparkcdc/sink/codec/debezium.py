@@ -369,14 +369,16 @@ class DebeziumEncoder(MessageEncoder):
         name = schema_topic_name(self._cluster_id, table.schema, table.table)
         source = (
             f'{{"version":"{CONNECTOR_VERSION}","connector":"TiCDC","name":{quote(self._cluster_id)},'
-            f'"ts_ms":{physical_ms(row.commit_ts)},"snapshot":"false","db":{quote(table.schema)},'
+            f'"ts_ms":{physical_ms(row.commit_ts)},"snapshot":"{"true" if row.snapshot else "false"}",'
+            f'"db":{quote(table.schema)},'
             f'"table":{quote(table.table)},"server_id":0,"gtid":null,"file":"","pos":0,"row":0,'
             f'"thread":0,"query":null,"commit_ts":{row.commit_ts},"cluster_id":{quote(self._cluster_id)}}}'
         )
         payload = f'{{"source":{source},"ts_ms":{int(self._clock() * 1000)},"transaction":null,'
         if row.op == "insert":
             assert row.after is not None
-            payload += '"op":"c","before":null,"after":' + self._values(table, row.after)
+            # A snapshot read is Debezium's "r", with source.snapshot "true".
+            payload += f'"op":"{"r" if row.snapshot else "c"}","before":null,"after":' + self._values(table, row.after)
         elif row.op == "delete":
             assert row.before is not None
             payload += '"op":"d","after":null,"before":' + self._values(table, row.before)

@@ -173,6 +173,10 @@ class KafkaSink(Sink):
     def bytes_written(self) -> int:
         return self.sent_bytes
 
+    @property
+    def marks_snapshot_rows(self) -> bool:
+        return self.config.protocol == "debezium"  # op "r"; the other protocols have no snapshot marker
+
     def write_rows(self, table: TableInfo, rows: Sequence[RowChange]) -> None:
         if not rows:
             return

@@ -334,6 +334,7 @@ class MySQLSink(Sink):
         for writer in self._writers:
             writer.start()
         self._closed = False
+        self._snapshot_tables: frozenset[tuple[str, str]] = frozenset()
 
     def __repr__(self) -> str:
         return f"MySQLSink({self.config.uri!r})"
@@ -416,7 +417,7 @@ class MySQLSink(Sink):
             return
         meta = self.table_meta(table)
         for transaction in _transactions(rows):
-            idempotent = self.config.safe_mode or transaction[0].commit_ts <= self.replicating_ts
+            idempotent = self._idempotent(table, transaction[0].commit_ts)
             keys = meta.key_space.transaction_keys(transaction)
             ticket = self.detector.acquire(keys)
             self._writers[ticket.worker].queue.put(
@@ -436,8 +437,7 @@ class MySQLSink(Sink):
     def _queue_run(self, table: TableInfo, run: ArrowRun) -> None:
         meta = self.table_meta(table)
         for transaction, keys in zip(transactions_of(run), transaction_key_sets(meta.key_space, run)):
-            first_commit_ts = run.commit_ts[transaction.low].as_py()
-            idempotent = self.config.safe_mode or first_commit_ts <= self.replicating_ts
+            idempotent = self._idempotent(table, run.commit_ts[transaction.low].as_py())
             ticket = self.detector.acquire(keys)
             self._writers[ticket.worker].queue.put(_Work(ticket, table, transaction, idempotent, meta.unique_keys))
             self._raise_if_failed()
@@ -491,6 +491,14 @@ class MySQLSink(Sink):
         self._progress = self._with_retry("reading the ordered progress", read, self.retry)
         self._progress_read = True
         return self._progress
+
+    def set_snapshot_tables(self, tables: frozenset[tuple[str, str]]) -> None:
+        self._snapshot_tables = tables
+
+    def _idempotent(self, table: TableInfo, commit_ts: int) -> bool:
+        """Safe mode, a replay of what may be downstream already, or a table being copied."""
+        return (self.config.safe_mode or commit_ts <= self.replicating_ts
+                or (table.schema, table.table) in self._snapshot_tables)
 
     def flush(self) -> None:
         """Return once everything written so far is committed downstream."""
