@@ -186,3 +186,15 @@ def test_the_default_double_mode_is_ticdcs_and_loses_digits(row):
     message = money_message(DebeziumConfig(), row)
     assert after_fields(message)["amount"]["type"] == "double"
     assert Decimal(repr(message["payload"]["after"]["amount"])) != Decimal(row[1])
+
+
+def test_snapshot_rows_are_debeziums_reads():
+    """A row the initial snapshot read is op "r" with source.snapshot "true", as Debezium's
+    connector writes snapshot records; the same values as an insert's."""
+    insert, read = encoder().encode_rows(TABLE, [
+        RowChange(COMMIT_TS, "test", "foo", "insert", after=ROW),
+        RowChange(COMMIT_TS, "test", "foo", "insert", after=ROW, snapshot=True)])
+    insert, read = json.loads(insert.value), json.loads(read.value)
+    assert read["payload"]["op"] == "r" and read["payload"]["source"]["snapshot"] == "true"
+    assert insert["payload"]["op"] == "c" and insert["payload"]["source"]["snapshot"] == "false"
+    assert read["payload"]["after"] == insert["payload"]["after"] and read["payload"]["before"] is None

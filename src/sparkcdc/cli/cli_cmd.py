@@ -9,6 +9,7 @@ import os
 import sys
 import time
 from typing import Callable
+from urllib.parse import quote
 
 from sparkcdc import errors
 from sparkcdc.api.client import APIClient
@@ -59,6 +60,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     query = add("query", _query, "show one changefeed")
     query.add_argument("-c", "--changefeed-id", required=True)
     query.add_argument("-s", "--simple", action="store_true", help="only the state and checkpoint")
+
+    snapshot = add("snapshot", _snapshot, "show the initial snapshot's progress, or copy tables again")
+    snapshot.add_argument("-c", "--changefeed-id", required=True)
+    snapshot.add_argument("--tables", default="", metavar="DB.TABLE[,...]",
+                          help="copy these tables again while the changefeed streams (like Debezium's ad-hoc "
+                               "snapshot); they must be in the changefeed's filter")
+    snapshot.add_argument("--follow", action="store_true", help="print the progress every --interval seconds "
+                                                                "until the snapshot is done")
+    snapshot.add_argument("--interval", type=float, default=5.0, help="seconds between --follow lines (default 5)")
 
     pause = add("pause", _pause, "pause a changefeed")
     pause.add_argument("-c", "--changefeed-id", required=True)
@@ -338,8 +348,33 @@ def _query(args) -> int:
         "creator_version": info["creator_version"],
         "task_status": info.get("task_status", []),
         "puller": info.get("puller"),
+        **({"snapshot": info["snapshot"]} if "snapshot" in info else {}),
     })
     return 0
+
+
+def _snapshot(args) -> int:
+    """Ask for tables to be copied again, or show (and with --follow, keep showing) the snapshot's progress."""
+    client = _client(args)
+    path = f"/api/v2/changefeeds/{quote(args.changefeed_id, safe='')}/snapshot"
+    if args.tables:
+        tables = [t.strip() for t in args.tables.split(",") if t.strip()]
+        _print_json(client.request("POST", path, {"tables": tables}, query={"namespace": args.namespace}))
+        return 0
+    while True:
+        progress = client.request("GET", path, query={"namespace": args.namespace})
+        if not args.follow:
+            _print_json(progress)
+            return 0
+        eta = progress.get("eta_seconds")
+        print(f"{time.strftime('%H:%M:%S')} {progress['state']}: tables {progress.get('tables_done', 0)}/"
+              f"{progress.get('tables_total', 0)}, chunks {progress.get('chunks_done', 0)}/"
+              f"{progress.get('chunks_total', 0)}, rows {progress.get('rows', 0)}, "
+              f"{progress.get('rows_per_second', 0):.0f} rows/s, ETA {'?' if eta is None else f'{eta:.0f}s'}",
+              flush=True)
+        if progress["state"] in ("done", "none"):
+            return 0
+        time.sleep(args.interval)
 
 
 def _pause(args) -> int:

@@ -1,0 +1,147 @@
+"""Where the snapshot puts a chunk into the stream (pipeline/snapshot.py), on a real transaction
+index in a temp dir and a store in memory: at the free commit-ts right after the last transaction
+its read saw, or at the start of a batch beyond it; never before the index has read that far; a
+chunk read with another table version than its position's goes back to be read again; a table
+without a key has its changes dropped until its chunk is in; done chunks survive in the store."""
+
+import pyarrow as pa
+import pytest
+
+from sparkcdc.config.replica import parse_replica_config
+from sparkcdc.model import tso
+from sparkcdc.model.change_batch import CHANGE_SCHEMA, marker_batch
+from sparkcdc.model.events import ColumnInfo, TableInfo
+from sparkcdc.model.position import BinlogPosition
+from sparkcdc.model.snapshot import ChunkKey, ChunkState, SnapshotState, TableSnapshot
+from sparkcdc.pipeline.batch_sink import tables_of
+from sparkcdc.pipeline.snapshot import PendingChunk, SnapshotStage
+from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
+
+FILE = "mysql-bin.000001"
+
+
+class MemoryStore:
+    def __init__(self):
+        self.snapshot, self.requests = None, []
+
+    def get_snapshot(self, namespace, changefeed_id):
+        return self.snapshot
+
+    def put_snapshot(self, namespace, changefeed_id, document):
+        self.snapshot = document
+
+    def snapshot_requests(self, namespace, changefeed_id):
+        return self.requests
+
+
+def info(name, version, keyed=True):
+    columns = (ColumnInfo("id", "int", nullable=False, is_primary_key=keyed), ColumnInfo("v", "varchar"))
+    return TableInfo("db", name, 1, columns, version, ("id",) if keyed else ())
+
+
+def txn(ts, start, end):
+    return TxnRecord(ts, None, BinlogPosition(FILE, start), BinlogPosition(FILE, end), end - start, False)
+
+
+@pytest.fixture
+def index(tmp_path):
+    index = TxnIndex(str(tmp_path / "index.sqlite"))
+    index.bootstrap(BinlogPosition(FILE, 4), 100, [info("t", 100), info("nokey", 100, keyed=False)])
+    # Transactions at 200 (ends at 300), 202 (ends at 400), and a resolved-ts of 300, read to 400.
+    index.append([txn(200, 4, 300), txn(202, 300, 400)], [], [], 300, position=BinlogPosition(FILE, 400))
+    return index
+
+
+def stage(index, store=None, tables=None):
+    config = parse_replica_config('force-replicate = true\n[snapshot]\nmode = "initial"\n')
+    store = store or MemoryStore()
+    state = SnapshotState(tables or [TableSnapshot("db", "t", ChunkKey("PRIMARY", ("id",)), [ChunkState(0, None, None)])],
+                          True, 100)
+    store.snapshot = state.to_json()
+    return SnapshotStage("default", "cf", config, "mysql://root@127.0.0.1:1/", index, store, lambda reads: None, 2)
+
+
+def rows(n, table="t"):
+    return pa.table({"commit_ts": [0] * n, "seq": list(range(n)), "schema_name": ["db"] * n,
+                     "table_name": [table] * n, "op": ["insert"] * n, "before": pa.nulls(n, CHANGE_SCHEMA.field("before").type),
+                     "after": [[str(i), "x"] for i in range(n)]}, schema=CHANGE_SCHEMA)
+
+
+def pend(snapshot, position, version=100, n=3, table=0):
+    table_state = snapshot.state.tables[table]
+    chunk = PendingChunk(table_state, table_state.chunks[0], BinlogPosition(FILE, position), version,
+                         rows(n, table_state.table))
+    snapshot._pending.append(chunk)
+    return chunk
+
+
+def test_free_slot_after_every_commit_ts():
+    assert tso.next_after(10, 0) == 12 and tso.free_slot_after(10) == 11
+    later = tso.compose(5_000)
+    assert tso.next_after(later - 1, 5) == later + 1  # the candidate would leave no free slot
+    assert tso.next_after(10, 5) == later
+
+
+def test_chunk_goes_right_after_the_last_transaction_its_read_saw(index):
+    snapshot = stage(index)
+    pend(snapshot, 300)  # consistent with everything up to the end of the transaction at 200
+    assert snapshot.placements(100, 150) == []  # its place is after 200
+    [placement] = snapshot.placements(100, 300)
+    assert placement.commit_ts == 201  # after 200, before 202
+    merged = snapshot.merge(pa.concat_tables([pa.Table.from_batches([marker_batch(100, 300)]), rows(0)]), [placement])
+    [table] = tables_of(merged)
+    assert table.rows["commit_ts"].to_pylist() == [201] * 3
+
+
+def test_chunk_older_than_the_batch_goes_at_its_start(index):
+    snapshot = stage(index)
+    pend(snapshot, 400)  # the upstream was idle since 202; the stream is already past it
+    [placement] = snapshot.placements(300, 500)
+    assert placement.commit_ts == 301
+
+
+def test_chunk_waits_until_the_index_has_read_its_position(index):
+    snapshot = stage(index)
+    pend(snapshot, 450)
+    assert snapshot.placements(100, 10_000) == []
+    index.append([], [], [], 310, position=BinlogPosition(FILE, 460))
+    assert [p.commit_ts for p in snapshot.placements(300, 10_000)] == [301]
+
+
+def test_chunk_of_another_table_version_is_read_again(index):
+    snapshot = stage(index)
+    index.append([txn(204, 400, 500)], [], [TableVersion("db", "t", 204, info("t", 204))], 320,
+                 position=BinlogPosition(FILE, 500))
+    stale = pend(snapshot, 500, version=100)  # read with the version before the DDL at 204
+    assert snapshot.placements(300, 10_000) == []
+    assert stale not in snapshot._pending
+    pend(snapshot, 500, version=204)
+    assert [p.commit_ts for p in snapshot.placements(300, 10_000)] == [301]
+
+
+def test_done_chunks_are_stored_and_tables_finish(index):
+    store = MemoryStore()
+    snapshot = stage(index, store)
+    pend(snapshot, 300, n=5)
+    assert snapshot.copying_tables() == frozenset({("db", "t")})
+    assert snapshot.placed(snapshot.placements(100, 300)) is True
+    stored = SnapshotState.from_json(store.snapshot)
+    assert stored.finished and stored.tables[0].done_rows == 5 and stored.tables[0].done_chunks == 1
+    assert snapshot.copying_tables() == frozenset()
+    progress = stored.progress(1000)
+    assert progress["state"] == "done" and progress["tables"][0]["chunks_total"] == 1
+
+
+def test_changes_of_a_table_without_key_are_dropped_until_its_chunk_is_in(index):
+    keyless = TableSnapshot("db", "nokey", None, [ChunkState(0, None, None)])
+    snapshot = stage(index, tables=[keyless])
+    stream = pa.concat_tables([pa.Table.from_batches([marker_batch(100, 300)]),
+                               rows(2, "nokey").set_column(0, "commit_ts", pa.array([200, 202], pa.int64()))])
+    assert snapshot.merge(stream, [])["op"].to_pylist() == ["range"]  # both changes dropped: no chunk yet
+    pend(snapshot, 300, table=0)
+    placements = snapshot.placements(100, 300)
+    merged = snapshot.merge(stream, placements)
+    # The change at 200 is in the chunk's rows; the one at 202 follows them.
+    assert sorted(merged["commit_ts"].to_pylist()) == [201, 201, 201, 202, 300]
+    snapshot.placed(placements)
+    assert snapshot.dropped_before() == {("db", "nokey"): 200}  # a replay drops what the chunk holds
