@@ -54,6 +54,7 @@ class TableSnapshot:
     done_chunks: int = 0
     skipped: str = ""  # why the table was not copied (dropped during the snapshot)
     incremental: bool = False  # asked for through the API while the changefeed streamed
+    last_key: Bound = None  # the greatest key when the table's chunking began: chunks are cut up to it
 
     @property
     def name(self) -> str:
@@ -117,7 +118,7 @@ class TableSnapshot:
                    None if key is None else ChunkKey(key["index"], tuple(key["columns"])), chunks,
                    data.get("estimated_rows", 0), data.get("started_at", 0.0), data.get("finished_at", 0.0),
                    data.get("done_rows", 0), data.get("done_chunks", 0), data.get("skipped", ""),
-                   data.get("incremental", False))
+                   data.get("incremental", False), _bound(data.get("last_key")))
 
 
 def _bound(value) -> Bound:
@@ -141,9 +142,13 @@ class SnapshotState:
         return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
 
     def progress(self, chunk_size: int, now: Optional[float] = None) -> dict:
+        now = time.time() if now is None else now
         tables = [t.progress(chunk_size, now) for t in self.tables]
         rows = sum(t["rows"] for t in tables)
-        rate = sum(t["rows_per_second"] for t in tables if t["state"] == "copying")
+        started = [t.started_at for t in self.tables if t.started_at]
+        ended = max([t.finished_at for t in self.tables], default=0.0) if self.finished else now
+        elapsed = ended - min(started) if started else 0.0
+        rate = rows / elapsed if elapsed > 0 else 0.0  # over the whole copy so far
         remaining = sum(max(0, t["estimated_rows"] - t["rows"]) for t in tables if t["state"] in ("copying", "pending"))
         return {
             "state": "done" if self.finished else "copying" if self.bootstrapped else "pending",

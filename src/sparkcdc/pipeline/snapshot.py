@@ -61,7 +61,7 @@ from sparkcdc.schema import ddl_types as T
 from sparkcdc.upstream.connection import UpstreamConfig, binlog_end
 from sparkcdc.upstream.snapshot_reader import (
     CHUNK_MARKER, PROBLEM_TABLE_GONE, ChunkRead, check_readable, choose_chunk_key, connect_for_reads,
-    estimated_rows, next_boundary, quote_name, table_indexes, table_name,
+    estimated_rows, last_key, next_boundary, quote_name, table_indexes, table_name,
 )
 from sparkcdc.upstream.txn_index import TxnIndex
 
@@ -344,7 +344,10 @@ class SnapshotStage:
         low = table.chunks[-1].high if table.chunks else None
         high = None
         if table.key is not None:
-            high = next_boundary(conn, info, table.key, low, self._snapshot.chunk_size)
+            if not table.chunks:
+                table.last_key = last_key(conn, info, table.key)
+            if table.last_key is not None:
+                high = next_boundary(conn, info, table.key, low, self._snapshot.chunk_size, table.last_key)
         chunk = ChunkState(len(table.chunks), low, high)
         with self._lock:
             table.chunks.append(chunk)

@@ -199,11 +199,28 @@ def key_columns(info: TableInfo, key: ChunkKey) -> list[ColumnInfo]:
     return [by_name[name] for name in key.columns]
 
 
-def next_boundary(conn, info: TableInfo, key: ChunkKey, low: Bound, rows: int) -> Bound:
-    """The key of the `rows`-th row above `low` in the index's order: the inclusive upper bound
-    of a chunk of `rows` rows; None when fewer rows are left (the chunk runs to the end)."""
+def last_key(conn, info: TableInfo, key: ChunkKey) -> Bound:
+    """The table's greatest key now (None when it is empty): the copy cuts chunks up to it and
+    the last chunk runs to the end, so rows inserted meanwhile at the end are not chased."""
+    columns = key_columns(info, key)
+    names = ", ".join(quote_name(c.name) for c in columns)
+    descending = ", ".join(f"{quote_name(c.name)} DESC" for c in columns)
+    with conn.cursor() as cursor:
+        cursor.execute(f"SELECT {names} FROM {table_name(info.schema, info.table)} FORCE INDEX "
+                       f"({quote_name(key.index)}) ORDER BY {descending} LIMIT 1")
+        row = cursor.fetchone()
+    return None if row is None else tuple(values[0] for values in canonical_rows(columns, [row]))
+
+
+def next_boundary(conn, info: TableInfo, key: ChunkKey, low: Bound, rows: int, up_to: Bound = None) -> Bound:
+    """The key of the `rows`-th row above `low` (and at most `up_to`) in the index's order: the
+    inclusive upper bound of a chunk of `rows` rows; None when fewer rows are left (the chunk
+    runs to the end)."""
     columns = key_columns(info, key)
     predicate, params = key_predicate(columns, low, True)
+    if up_to is not None:
+        below, below_params = key_predicate(columns, up_to, False)
+        predicate, params = f"{predicate} AND {below}", [*params, *below_params]
     names = ", ".join(quote_name(c.name) for c in columns)
     sql = (f"SELECT {names} FROM {table_name(info.schema, info.table)} FORCE INDEX ({quote_name(key.index)}) "
            f"WHERE {predicate} ORDER BY {names} LIMIT 1 OFFSET {max(0, rows - 1)}")
