@@ -129,7 +129,7 @@ def test_client_context_needs_cert_and_key_together(pki):
 
 
 def test_metrics_and_the_status_page_take_the_apis_tls_and_client_certificates(tmp_path, pki):
-    from test_observability import FakeObservability
+    from test_observability_units import FakeObservability
 
     security = SecurityConfig(ca_path=pki["ca"], cert_path=pki["server"].cert, key_path=pki["server"].key,
                               cert_allowed_cn=("cdc-client",)).validate()
