@@ -5,14 +5,19 @@ MariaDB. Both downstreams are compared with upstream table by table, schema, par
 The partition workload is TiCDC's own (hash/range partitions, TRUNCATE/ADD/DROP/REORGANIZE,
 REMOVE PARTITIONING, PARTITION BY, EXCHANGE within and across databases) plus MariaDB's CONVERT
 PARTITION/TABLE; the renames are a chain and a swap through a temporary name the filter excludes.
+CREATE TABLE ... SELECT (its rows follow the DDL in the DDL's GTID group), CREATE OR REPLACE ...
+SELECT and LIKE + INSERT ... SELECT run amid another session's commits.
 A resume exactly at a DDL's commit-ts runs that DDL again (TiCDC's ddl_reentrant: a column dropped
 downstream by hand comes back); a keyless table is not replicated; an unparseable DDL fails the
 changefeed with its text and position in `cli changefeed query`."""
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
+import threading
 import time
 
 import pytest
@@ -94,6 +99,20 @@ INSERT INTO rename_t1 VALUES (3, 3);
 INSERT INTO rename_t4 VALUES (3, 4)
 """
 PARTITION_TABLES = {PART: ["t", "t1", "t2", "rename_t1", "rename_t2", "rename_t4"], PART2: ["t2"]}
+# CREATE TABLE ... SELECT is one GTID group: the CREATE TABLE, its rows, the commit (an empty
+# SELECT: a COMMIT query). Also CREATE OR REPLACE ... SELECT over a table with rows, and LIKE +
+# INSERT ... SELECT (two groups). Ids from 1000 on, clear of dml()'s.
+CTAS_WORKLOAD = [
+    "CREATE TABLE ctas_big (PRIMARY KEY (id)) SELECT seq + 1000 AS id, CAST(seq AS SIGNED) AS v FROM seq_1_to_300",
+    "UPDATE ctas_big SET v = -v WHERE id % 7 = 0",
+    "CREATE TABLE ctas_empty (PRIMARY KEY (id)) SELECT id, v FROM t0 WHERE id < 0",
+    "CREATE TABLE ctas_replaced (id INT PRIMARY KEY, v INT)",
+    "INSERT INTO ctas_replaced VALUES (1, 1), (2, 2)",
+    "CREATE OR REPLACE TABLE ctas_replaced (PRIMARY KEY (id)) SELECT seq + 2000 AS id, seq AS v FROM seq_1_to_50",
+    "CREATE TABLE ctas_like LIKE made",
+    "INSERT INTO ctas_like SELECT * FROM ctas_big WHERE id < 1100",
+]
+CTAS_TABLES = ["ctas_big", "ctas_empty", "ctas_replaced", "ctas_like"]
 
 
 def wait_until(predicate, what: str, timeout: float = 120.0, on_timeout=lambda: "") -> None:
@@ -119,6 +138,31 @@ def dml(cur, round_: int, tables) -> None:
         cur.execute(f"INSERT INTO {table} (id, v) VALUES ({base}, 1), ({base + 1}, 2), ({base + 2}, 3)")
         cur.execute(f"UPDATE {table} SET v = v + 10 WHERE id = {base + 1}")
         cur.execute(f"DELETE FROM {table} WHERE id = {base + 2}")
+
+
+@contextlib.contextmanager
+def concurrent_writes(server, table: str, first_id: int):
+    """Single-row commits into `DB`.`table` from another connection while the block runs."""
+    done = threading.Event()
+
+    def write() -> None:
+        conn = server.connect(database=DB)
+        try:
+            with conn.cursor() as cur:
+                for row_id in itertools.count(first_id):
+                    if done.is_set():
+                        return
+                    cur.execute(f"INSERT INTO {table} (id, v) VALUES ({row_id}, {row_id})")
+        finally:
+            conn.close()
+
+    writer = threading.Thread(target=write, name="concurrent-writes")
+    writer.start()
+    try:
+        yield
+    finally:
+        done.set()
+        writer.join(30)
 
 
 def assert_same_schema_and_data(up, down, live) -> None:
@@ -218,6 +262,12 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
             dml(cur, 4, live)
             cur.execute("ALTER TABLE t0 ADD COLUMN d INT")
             dml(cur, 5, live)
+            # The CTAS groups amid other sessions' commits, then writes into their tables.
+            with concurrent_writes(mariadb, "made", first_id=5000):
+                for statement in CTAS_WORKLOAD:
+                    cur.execute(statement)
+            live += CTAS_TABLES
+            dml(cur, 6, live)
             # After the resume point: going back past them would replay partition DDLs onto
             # their own effect, which only some of them survive (in TiCDC too).
             for statement in PARTITION_WORKLOAD.split(";\n"):

@@ -3,10 +3,15 @@
 import itertools
 import time
 
+import pyarrow as pa
 import pytest
 
 from sparkcdc.errors import ErrStartTsInvalid, ErrUpstreamBinlogConfig
 from sparkcdc.model import tso
+from sparkcdc.model.change_batch import RANGE_MARKER
+from sparkcdc.pipeline.planning import BatchOffset, SourceOptions, plan_next_batch, plan_partitions
+from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.testing.mariadb import binlog_gtids
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
@@ -146,6 +151,60 @@ def test_sequences_and_non_transactional_tables_are_cut_at_their_commit(setup, f
         ("t", "insert", ("12", "12")),
     ]
     assert {d.ddl_type for d in index.ddls_between(first, index.resolved_ts())} == {"other"}
+
+
+def test_create_table_select_rows_are_a_transaction_after_their_ddl(setup, fresh_db, mariadb):
+    """MariaDB logs CREATE TABLE ... SELECT as one GTID group: the CREATE TABLE (with the columns
+    the SELECT made), the rows, the XID (a COMMIT query for MyISAM, or when no row came). The DDL
+    is a record of its own (a barrier) and the rest of the group the next one: the puller ended the
+    group at the DDL and the rows reached no sink. A GTID resolves after the whole group."""
+    cfg, index, start_puller, conn = setup
+    run(conn, "CREATE TABLE src (id INT PRIMARY KEY, v VARCHAR(20))")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO src VALUES (%s, %s)", [(i, f"v{i}") for i in range(300)])
+    puller = start_puller()
+    first = index.first_ts()
+    run(conn, "INSERT INTO src VALUES (1000, 'before')",
+        "CREATE TABLE big (PRIMARY KEY (id)) SELECT * FROM src WHERE id < 300",
+        "UPDATE big SET v = 'after' WHERE id = 7",
+        "CREATE TABLE empty_one (PRIMARY KEY (id)) SELECT * FROM src WHERE id < 0",
+        "CREATE TABLE mine (PRIMARY KEY (id)) ENGINE=MyISAM SELECT * FROM src WHERE id < 5",
+        "CREATE OR REPLACE TABLE big (PRIMARY KEY (id)) SELECT id, v FROM src WHERE id BETWEEN 290 AND 299",
+        "CREATE TABLE lk LIKE src", "INSERT INTO lk SELECT * FROM src WHERE id < 3",
+        "INSERT INTO src VALUES (1001, 'last')")
+    puller.wait_caught_up(20)
+    txns = index.txns_between(first, index.resolved_ts())
+    assert_contiguous(txns)
+    assert [t.gtid for t in txns if not t.continues_group] == binlog_gtids(mariadb.connect(), txns[0].start)
+    kinds = [("ddl" if t.is_ddl else "rows after ddl" if t.continues_group else "dml") for t in txns]
+    assert kinds == ["dml", "ddl", "rows after ddl", "dml", "ddl", "rows after ddl", "ddl", "rows after ddl",
+                     "ddl", "rows after ddl", "ddl", "dml", "dml"]
+    for ddl, rest in zip(txns, txns[1:]):
+        if rest.continues_group:  # the rest of the DDL's group: same GTID, right after it, later ts
+            assert rest.gtid == ddl.gtid and rest.start == ddl.end and rest.commit_ts > ddl.commit_ts
+            assert index.resolve_start(rest.gtid) == rest.commit_ts
+            assert index.resolve_start(str(rest.end)) == rest.commit_ts
+
+    # Read as the source plans them: batches end at each DDL, the rows come after it.
+    options = SourceOptions(index_path=index.path, upstream_uri=mariadb.uri, start_ts=first,
+                            server_id_base=next(_server_ids) * 10, filter_rules=(f"{fresh_db}.*",))
+    reader, start, rows = BinlogStreamReader(options), BatchOffset(first), []
+    while (end := plan_next_batch(index, start, 0, options.max_batch_bytes)[0]).key() > start.key():
+        batches = [b for p in plan_partitions(index, options, start, end, set()) for b in reader.read(p)]
+        rows += [r for r in unpack_changes(pa.Table.from_batches(batches)).to_pylist() if r["op"] != RANGE_MARKER]
+        start = end
+    by_txn = {t.commit_ts: i for i, t in enumerate(txns)}
+    got = [(by_txn[r["commit_ts"]], r["table_name"], r["op"], r["after"][0]) for r in rows]
+    assert got == ([(0, "src", "insert", "1000")] + [(2, "big", "insert", str(i)) for i in range(300)]
+                   + [(3, "big", "update", "7")] + [(7, "mine", "insert", str(i)) for i in range(5)]
+                   + [(9, "big", "insert", str(i)) for i in range(290, 300)]
+                   + [(11, "lk", "insert", str(i)) for i in range(3)] + [(12, "src", "insert", "1001")])
+    # The pure-Python reader reads the same ranges.
+    rest = txns[2]
+    rng = BinlogRange(cfg, next(_server_ids), rest.start, rest.end, (rest.commit_ts,),
+                      {f"{t.schema}.{t.table}": t.to_json() for t in index.tables_at(rest.commit_ts)},
+                      continues_group=True)
+    assert [c.after[0] for c in read_range(rng)] == [str(i) for i in range(300)]
 
 
 def test_resolved_ts_advances_while_idle(setup):

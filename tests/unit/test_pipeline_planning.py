@@ -292,3 +292,15 @@ def test_a_batch_the_pacer_holds_back_is_not_planned():
     assert pacer.plan(index, BatchOffset(30), options) == BatchOffset(30)  # within the interval
     clock.now += 0.5
     assert pacer.plan(index, BatchOffset(30), options) == BatchOffset(40)
+
+
+def test_a_run_that_starts_with_the_rows_of_a_create_table_select_is_read_from_inside_its_group():
+    """CREATE TABLE ... SELECT's rows follow its DDL in the DDL's GTID group: a range starting
+    with them has no GTID event before its first transaction (BinlogRange.first_txn)."""
+    ddl, rows, after = txn(1, 50, ddl=True), txn(2, 300, pos=1050), txn(3, 100, pos=1350)
+    rows = TxnRecord(rows.commit_ts, "0-1-7", rows.start, rows.end, rows.size, False, continues_group=True)
+    index = FakeIndex([ddl, rows, after], resolved=3)
+    spans = planning.batch_spans(index, BatchOffset(1), BatchOffset(3), parts=1)
+    assert [(s.commit_ts, s.continues_group) for s in spans] == [((2, 3), True)]
+    spans = planning.batch_spans(index, BatchOffset(2), BatchOffset(3), parts=1)
+    assert [(s.commit_ts, s.continues_group) for s in spans] == [((3,), False)]

@@ -106,3 +106,14 @@ def test_the_mark_of_a_bdr_sinks_writes_is_kept_and_old_index_files_gain_its_col
     assert [(s.commit_ts, s.skip_replication) for s in index.txn_sizes_between(0, 20)] == [
         (5, False), (10, True), (20, False)]
     assert index.marked_between(0, 20) == {10} and index.marked_between(10, 20) == set()
+
+
+def test_a_gtid_resolves_after_its_whole_group(index):
+    """CREATE TABLE ... SELECT's group is two records with its GTID: the DDL, then its rows."""
+    rows = TxnRecord(1003, "0-1-2", BinlogPosition("mysql-bin.000001", 250), BinlogPosition("mysql-bin.000001", 400),
+                     150, False, continues_group=True)
+    index.append([txn(1001, 100, 200, "0-1-1"), txn(1002, 200, 250, "0-1-2", True), rows,
+                  txn(1004, 400, 450, "0-1-3")], [], [], 1004)
+    assert [t.continues_group for t in index.txns_between(1000, 1004)] == [False, False, True, False]
+    assert index.resolve_start("0-1-2") == 1003
+    assert index.resolve_start("mysql-bin.000001:400") == 1003

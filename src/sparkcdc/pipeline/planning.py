@@ -383,6 +383,7 @@ class _Span:
     size: int
     piece: int = 0
     table_maps: tuple["BinlogPosition", ...] = ()
+    continues_group: bool = False  # it starts with the rest of a GTID group (TxnRecord.continues_group)
 
 
 def batch_spans(
@@ -408,10 +409,12 @@ def batch_spans(
         txn = _record(index, size.commit_ts)
         for piece in range(first, end.piece if ends_inside else txn.piece_count):
             piece_start, piece_end, maps = txn.piece_range(piece)
-            spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps))
+            spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps,
+                               txn.continues_group))
     for run in split_ranges(whole, parts, drop_marked):
-        spans.append(_Span(_record(index, run[0].commit_ts).start, _record(index, run[-1].commit_ts).end,
-                           tuple(t.commit_ts for t in run), sum(t.size for t in run)))
+        first = _record(index, run[0].commit_ts)
+        spans.append(_Span(first.start, _record(index, run[-1].commit_ts).end, tuple(t.commit_ts for t in run),
+                           sum(t.size for t in run), continues_group=first.continues_group))
     return sorted(spans, key=lambda span: (span.commit_ts[0], span.piece))
 
 
@@ -451,6 +454,7 @@ def plan_partitions(
                     tables=tables,
                     piece=span.piece,
                     table_maps=span.table_maps,
+                    continues_group=span.continues_group,
                 )
             )
         )

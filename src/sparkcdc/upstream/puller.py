@@ -1,9 +1,10 @@
 """Tails the upstream binlog and records every transaction's boundaries and commit-ts in a TxnIndex.
 
 The puller does not decode rows: it only cuts transactions (GTID event .. Xid / COMMIT / the DDL
-statement), gives each a strictly increasing commit-ts, notes the ones MariaDB flagged
-`skip_replication` (a BDR peer's sink wrote them), records DDLs with the table definitions
-after them, and moves resolved-ts forward (also while the upstream is idle, on heartbeats).
+statement; the rows CREATE TABLE ... SELECT logs after its DDL in the same GTID group are the next
+transaction, up to the group's commit), gives each a strictly increasing commit-ts, notes the ones
+MariaDB flagged `skip_replication` (a BDR peer's sink wrote them), records DDLs with the table
+definitions after them, and moves resolved-ts forward (also while the upstream is idle, on heartbeats).
 Row decoding happens later, in parallel, on binlog ranges (`range_reader`).
 
 Table definitions come from the schema store (`sparkcdc.schema`): information_schema is read
@@ -114,6 +115,7 @@ class _OpenTxn:
     in_begin: bool = False  # inside BEGIN..COMMIT: a statement in it does not end it
     opened_by_gtid: bool = False  # MariaDB: the GTID event opened the group (see _FL_STANDALONE)
     skip_replication: bool = False  # its GTID event carries _SKIP_REPLICATION_F
+    continues_group: bool = False  # the rest of a group after its DDL (TxnRecord.continues_group)
     pieces: list[PieceStart] = field(default_factory=list)
     # The TABLE_MAP events of the statement whose ROWS events are being read: table_id -> position.
     statement_maps: dict[int, int] = field(default_factory=dict)
@@ -451,11 +453,15 @@ class Puller:
                     )
                 elif kind == "statement" and (not open_txn.in_begin
                                               or open_txn.opened_by_gtid and is_ddl(event.query)):
-                    # A DDL ends its group, also CREATE TABLE ... SELECT's (whose rows follow it).
+                    # A DDL is a transaction of its own. In a group the GTID event opened, it is
+                    # CREATE TABLE ... SELECT's: the rows and the group's XID/COMMIT follow it, and
+                    # become the next transaction (a later commit-ts, after the DDL's barrier).
                     schema = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else (event.schema or "")
                     ddl = is_ddl(event.query)
                     record = self._close(open_txn, stream, event, ddl)
-                    open_txn = None
+                    open_txn = (_OpenTxn(record.gtid, record.end, in_begin=True, opened_by_gtid=True,
+                                         skip_replication=open_txn.skip_replication, continues_group=True)
+                                if open_txn.opened_by_gtid else None)
                     pending_txns.append(record)
                     if ddl:
                         outcome = self.store.apply(event.query, schema, record.commit_ts, str(open_position(record)))
@@ -492,7 +498,7 @@ class Puller:
         commit_ts = tso.next_after(self._last_ts, event.timestamp)
         self._last_ts = commit_ts
         return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl, tuple(txn.pieces),
-                         txn.foreign_key_checks, txn.skip_replication)
+                         txn.foreign_key_checks, txn.skip_replication, txn.continues_group)
 
     @staticmethod
     def _record(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:

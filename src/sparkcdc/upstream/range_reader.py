@@ -81,9 +81,17 @@ class BinlogRange:
     tables: dict[str, str] = field(default_factory=dict)  # "schema.table" -> TableInfo.to_json()
     piece: int = 0
     table_maps: tuple[BinlogPosition, ...] = ()  # the TABLE_MAP events a piece > 0 needs, read first
+    # The first transaction is the rest of a GTID group after its DDL (TxnRecord.continues_group).
+    continues_group: bool = False
 
     def first_seq(self) -> int:
         return self.piece << PIECE_SEQ_SHIFT
+
+    def first_txn(self) -> int:
+        """The number of the transaction the range is in before its first GTID event: 0 when it
+        starts inside its first transaction (a piece after the first, the rows of a CREATE TABLE
+        ... SELECT), else -1 (the range starts at a GTID event)."""
+        return 0 if self.piece or self.continues_group else -1
 
 
 def binlog_changed(what: str) -> ErrBinlogUnsupportedEvent:
@@ -218,7 +226,7 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
     layouts: dict[tuple[int, str, str], Optional[TableLayout]] = {}
     end_key = r.end.key()
     table_map = _read_table_maps(r)
-    txn = 0 if r.piece else -1  # a piece after the first starts inside its transaction, past the GTID
+    txn = r.first_txn()
     stream = BinLogStreamReader(
         connection_settings=r.upstream.connection_settings(),
         server_id=r.server_id,
@@ -456,7 +464,7 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
     try:
         reader = native.BinlogRangeReader(
             dump.fd, dump.checksum, READ_TIMEOUT_SECONDS, r.start.file, r.start.pos, end_file_number, end_pos,
-            list(r.commit_ts), 0 if r.piece else -1, r.first_seq())
+            list(r.commit_ts), r.first_txn(), r.first_seq())
         for table_id, table in tables.items():
             reader.seed_table(table_id, table.schema, table.table)
         events_at_connect, give_up_at = 0, time.monotonic() + UPSTREAM_WAIT_SECONDS

@@ -51,8 +51,10 @@ _ADDED_COLUMNS = {
     # pieces: JSON, where a large transaction's pieces 1.. begin (PieceStart); foreign_key_checks:
     # NULL when every ROWS event ran with MariaDB's foreign_key_checks, else "off" or "mixed";
     # skip_replication: 1 when written with MariaDB's @@skip_replication (a BDR sink's mark), else NULL
-    # (so rows indexed before the column existed read as unmarked).
-    "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT"), ("skip_replication", "INTEGER")],
+    # (so rows indexed before the column existed read as unmarked); continues_group: 1 for the rows
+    # of a CREATE TABLE ... SELECT (TxnRecord.continues_group), else NULL.
+    "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT"), ("skip_replication", "INTEGER"),
+             ("continues_group", "INTEGER")],
 }
 
 # A transaction larger than this is cut into pieces of about this many binlog bytes, at ROWS
@@ -89,6 +91,9 @@ class TxnRecord:
     # Written by a session with MariaDB's @@skip_replication: a bdr-mode MySQL sink marks its writes
     # so, and a bdr-mode changefeed drops them (never sends a change back where it came from).
     skip_replication: bool = False
+    # The rest of a GTID group after its DDL: CREATE TABLE ... SELECT's rows and the group's commit.
+    # It starts right after the DDL's record, so it has no GTID event of its own, and shares the gtid.
+    continues_group: bool = False
 
     @property
     def piece_count(self) -> int:
@@ -183,12 +188,14 @@ class TxnIndex:
 
     @staticmethod
     def _record(row) -> TxnRecord:
-        commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces, foreign_key_checks, skip_replication = row
+        (commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces, foreign_key_checks, skip_replication,
+         continues_group) = row
         return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl),
-                         _parse_pieces(pieces), foreign_key_checks or FK_CHECKS_ON, bool(skip_replication))
+                         _parse_pieces(pieces), foreign_key_checks or FK_CHECKS_ON, bool(skip_replication),
+                         bool(continues_group))
 
     _TXN_COLUMNS = ("commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces, foreign_key_checks,"
-                    " skip_replication")
+                    " skip_replication, continues_group")
 
     def txns_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnRecord]:
         """The transactions with commit-ts in (lo_exclusive, hi_inclusive], the first `limit` of them."""
@@ -414,8 +421,9 @@ class TxnIndex:
         best = 0
         with self._connect() as conn:
             for gtid in wanted:
-                row = conn.execute("SELECT commit_ts FROM txns WHERE gtid=?", (gtid,)).fetchone()
-                if not row:
+                # After the GTID's whole group: a CREATE TABLE ... SELECT's group is two records.
+                row = conn.execute("SELECT MAX(commit_ts) FROM txns WHERE gtid=?", (gtid,)).fetchone()
+                if row[0] is None:
                     raise ErrStartTsInvalid(
                         f"GTID {gtid} is not in the binlog index (it starts at ts {self._meta(conn, 'first_ts')}); "
                         "it is older than the index or not executed yet; give a later GTID or a TSO"
@@ -470,12 +478,12 @@ class TxnIndex:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [
                         (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl),
                          _format_pieces(t.pieces),
                          None if t.foreign_key_checks == FK_CHECKS_ON else t.foreign_key_checks,
-                         1 if t.skip_replication else None)
+                         1 if t.skip_replication else None, 1 if t.continues_group else None)
                         for t in txns
                     ],
                 )
