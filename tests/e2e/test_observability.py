@@ -116,6 +116,14 @@ def observed(mariadb, tmp_path_factory):
         (broken / DATABASE).write_text("not a directory")
         server.cli("changefeed", "create", "-c", "obs-broken", "--config", str(config),
                    "--sink-uri", f"file://{broken}?protocol=canal-json")
+        # An initial-only snapshot of the backlog (3 chunks), finished before the tests write more.
+        snapshot_config = base / "snapshot.toml"
+        snapshot_config.write_text(f'[filter]\nrules = ["{DATABASE}.*"]\n\n[snapshot]\nmode = "initial-only"\n'
+                                   'chunk-size = 1000\n')
+        server.cli("changefeed", "create", "-c", "obs-snapshot", "--config", str(snapshot_config),
+                   "--sink-uri", f"file://{base / 'snapshot-out'}?protocol=canal-json")
+        wait_for(lambda: server.api("GET", "/api/v2/changefeeds/obs-snapshot")["state"] == "finished", 300,
+                 "the snapshot changefeed to finish")
         yield state
     finally:
         server.stop()
@@ -175,11 +183,27 @@ def test_a_failed_changefeed_shows_in_the_metrics(observed):
     assert server.api("GET", "/api/v2/changefeeds/obs-broken")["error"]["code"] == "SPARKCDC:ErrStorageIO"
 
 
+def test_snapshot_progress_in_the_metrics(observed):
+    samples = scrape(observed["server"])
+    assert value(samples, "ticdc_owner_status", "obs-snapshot") == 4  # finished (initial-only)
+    done = value(samples, "sparkcdc_snapshot_chunks", "obs-snapshot", state="done")
+    assert done == value(samples, "sparkcdc_snapshot_chunks", "obs-snapshot", state="total") >= 3
+    assert value(samples, "sparkcdc_snapshot_tables", "obs-snapshot", state="done") == 1
+    assert value(samples, "sparkcdc_snapshot_rows", "obs-snapshot") == BACKLOG_ROWS
+    assert value(samples, "sparkcdc_snapshot_rows", "obs-files") is None  # no [snapshot]
+    overview = observed["server"].api("GET", "/dashboard/data")
+    snapshot = next(c for c in overview["changefeeds"] if c["id"] == "obs-snapshot")["snapshot"]
+    assert snapshot["state"] == "done" and snapshot["rows"] == BACKLOG_ROWS
+
+
 def test_cli_statistics_and_json_logs(observed):
-    server = observed["server"]
-    written = wait_for(lambda: (s := scrape(server)) and value(s, "ticdc_sink_batch_row_count_sum", "obs-files")
-                       == rows_in_files(observed["output"]) and rows_in_files(observed["output"]), 120,
-                       "the counter equal to the rows in the files")
+    server, up = observed["server"], observed["up"]
+    with up.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM `{DATABASE}`.items")
+        written = cur.fetchone()[0]  # every row was an insert
+    up.commit()
+    wait_for(lambda: value(scrape(server), "ticdc_sink_batch_row_count_sum", "obs-files") == written
+             == rows_in_files(observed["output"]), 120, f"{written} rows counted and in the files")
     result = server.cli("changefeed", "statistics", "-c", "obs-files", "-I", "1", "--iterations", "2")
     lines = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     assert len(lines) == 2

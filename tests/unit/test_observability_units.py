@@ -20,7 +20,7 @@ from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus as Stored
 from sparkcdc.observability.history import Sample, StatusHistory
 from sparkcdc.observability.log_context import changefeed_context
 from sparkcdc.observability.metrics import (
-    BatchStats, CaptureStatus, ChangefeedStatus, Metrics, PullerStatus,
+    BatchStats, CaptureStatus, ChangefeedStatus, Metrics, PullerStatus, SnapshotStatus,
 )
 from sparkcdc.observability.progress import Progress
 from sparkcdc.server.metastore import MetaStore
@@ -63,7 +63,8 @@ def ts_at(seconds: float) -> int:
 
 def owner_status(**overrides) -> CaptureStatus:
     values = dict(is_owner=True, owner_seconds=42.0, captures=1, running=1,
-                  changefeeds=(ChangefeedStatus("default", "cf", "normal", ts_at(NOW - 30), ts_at(NOW - 1)),
+                  changefeeds=(ChangefeedStatus("default", "cf", "normal", ts_at(NOW - 30), ts_at(NOW - 1),
+                                                SnapshotStatus(1, 4, 3, 8, 30_000)),
                                ChangefeedStatus("ns2", "broken", "failed", ts_at(NOW - 900), ts_at(NOW - 900))),
                   puller=PullerStatus("running", 4096, 12, ts_at(NOW - 0.5)), index_bytes=8192)
     values.update(overrides)
@@ -121,6 +122,12 @@ def test_owner_metrics_are_read_at_scrape_time_with_tidb_state_codes_and_lags_fr
     broken = {"namespace": "ns2", "changefeed": "broken"}
     assert sample(found, "ticdc_owner_status", **broken) == 2
     assert sample(found, "ticdc_owner_checkpoint_ts_lag", **broken) is None  # TiCDC drops a stopped one's lags
+    # The initial snapshot's progress, read from the store with the rest (only a changefeed with one).
+    assert sample(found, "sparkcdc_snapshot_chunks", **cf, state="done") == 3
+    assert sample(found, "sparkcdc_snapshot_chunks", **cf, state="total") == 8
+    assert sample(found, "sparkcdc_snapshot_tables", **cf, state="total") == 4
+    assert sample(found, "sparkcdc_snapshot_rows", **cf) == 30_000
+    assert sample(found, "sparkcdc_snapshot_rows", **broken) is None
     assert found[("ticdc_owner_ownership_counter", ())] == 42
     assert found[("sparkcdc_capture_is_owner", ())] == 1
     assert found[("sparkcdc_puller_binlog_bytes_total", ())] == 4096
@@ -149,23 +156,19 @@ def test_a_failing_status_source_leaves_the_rest_of_the_scrape():
     assert not [key for key in found if key[0].startswith("ticdc_owner_")]
 
 
-def test_redo_and_snapshot_metrics():
+def test_redo_metrics():
     metrics = Metrics(process_metrics=False)
     changefeed = metrics.changefeed("default", "cf", "mysql")
     redo = changefeed.redo("row")
     redo.record_write(1000, 10, 0.002)
     redo.record_write(500, 5, 0.001)
     redo.record_flush(0.01)
-    changefeed.record_snapshot(chunks_done=3, chunks_total=8, rows=30_000)
     found = samples_of(metrics)
     row = {"namespace": "default", "changefeed": "cf", "type": "row"}
     assert sample(found, "ticdc_redo_write_bytes_total", **row) == 1500
     assert sample(found, "ticdc_redo_total_rows_count", **row) == 15
     assert sample(found, "ticdc_redo_write_log_duration_seconds_count", **row) == 2
     assert sample(found, "ticdc_redo_flush_all_duration_seconds_count", **row) == 1
-    assert sample(found, "sparkcdc_snapshot_chunks", namespace="default", changefeed="cf", state="done") == 3
-    assert sample(found, "sparkcdc_snapshot_chunks", namespace="default", changefeed="cf", state="total") == 8
-    assert sample(found, "sparkcdc_snapshot_rows", namespace="default", changefeed="cf") == 30_000
 
 
 def exported_sample_names() -> set[str]:
@@ -178,7 +181,6 @@ def exported_sample_names() -> set[str]:
     changefeed.record_exit_with_error()
     changefeed.redo("row").record_write(10, 1, 0.001)
     changefeed.redo("row").record_flush(0.001)
-    changefeed.record_snapshot(1, 2, 3)
     return {name for name, _ in samples_of(metrics)}
 
 

@@ -30,6 +30,7 @@ from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.filter.eligibility import table_names_json
 from sparkcdc.model import tso
 from sparkcdc.model.changefeed import CHANGEFEED_STATES, ChangefeedInfo, ChangefeedStatus
+from sparkcdc.model.snapshot import snapshot_progress
 from sparkcdc.server.metastore import MetaStore
 from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier, client_ssl_context
 
@@ -868,14 +869,3 @@ def serve(addr: str, store: MetaStore, controller: ChangefeedController, securit
     security = security.validate()
     return ApiServer(host.strip("[]") or "0.0.0.0", int(port), OpenAPI(store, controller, security, observability),
                      security, verify_user)
-
-
-def snapshot_progress(store, info: ChangefeedInfo) -> dict | None:
-    """The initial snapshot's progress (model/snapshot.py) of a changefeed with `[snapshot]`."""
-    config = info.config.get("snapshot") or {}
-    if config.get("mode", "never") == "never":
-        return None
-    from sparkcdc.model.snapshot import SnapshotState
-
-    return SnapshotState.from_json(store.get_snapshot(info.namespace, info.id)).progress(
-        int(config.get("chunk_size") or 50000))

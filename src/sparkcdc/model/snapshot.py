@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStore
 
 Bound = Optional[tuple[Optional[str], ...]]
 
@@ -169,3 +172,13 @@ class SnapshotState:
             return cls()
         return cls([TableSnapshot.from_dict(t) for t in data.get("tables", [])], data.get("bootstrapped", False),
                    data.get("start_ts", 0), data.get("handled_request", 0))
+
+
+def snapshot_progress(store: "ChangefeedStore", info: "ChangefeedInfo") -> dict | None:
+    """The initial snapshot's progress of a changefeed with `[snapshot]` (None without one), as the
+    API, the status page and the metrics show it."""
+    config = info.config.get("snapshot") or {}
+    if config.get("mode", "never") == "never":
+        return None
+    return SnapshotState.from_json(store.get_snapshot(info.namespace, info.id)).progress(
+        int(config.get("chunk_size") or 50000))

@@ -8,8 +8,9 @@ components that own them, never per row:
   durations through the `ChangefeedMetrics` of its changefeed (a dozen increments a batch);
   the redo writer records per log piece through `RedoMetrics`;
 - at scrape time, a `CaptureStatusSource` (the capture) is read for what the metadata store, the
-  puller and the cluster already hold: checkpoint and resolved ts, states, owner, captures, the
-  binlog the puller has read, the transaction index's size. Lags are computed then, from the
+  puller and the cluster already hold: checkpoint and resolved ts, states, the initial
+  snapshot's progress, owner, captures, the binlog the puller has read, the transaction index's
+  size. Lags are computed then, from the
   clock, so they grow while a changefeed is stuck.
 `exposition()` is the text format served at `GET /metrics`.
 
@@ -82,6 +83,17 @@ class BatchStats:
 
 
 @dataclass(frozen=True)
+class SnapshotStatus:
+    """An initial snapshot's progress (model/snapshot.py keeps it in the metadata store)."""
+
+    tables_done: int
+    tables_total: int
+    chunks_done: int
+    chunks_total: int  # exact once every chunk is planned, else from the row estimates
+    rows: int  # rows copied so far
+
+
+@dataclass(frozen=True)
 class ChangefeedStatus:
     """A changefeed as the metadata store holds it (read at scrape time by the owner)."""
 
@@ -90,6 +102,7 @@ class ChangefeedStatus:
     state: str
     checkpoint_ts: int  # TSO: physical milliseconds << 18
     resolved_ts: int
+    snapshot: Optional[SnapshotStatus] = None  # a changefeed with `[snapshot]` mode other than never
 
 
 @dataclass(frozen=True)
@@ -193,13 +206,6 @@ class ChangefeedMetrics:
         """The redo log's numbers for log files of `kind` (row or ddl)."""
         return RedoMetrics(self._metrics, self.namespace, self.changefeed, kind)
 
-    def record_snapshot(self, chunks_done: int, chunks_total: int, rows: int) -> None:
-        """The initial snapshot's progress: chunks copied of all planned, and rows copied so far."""
-        labels = (self.namespace, self.changefeed)
-        self._metrics.snapshot_chunks.labels(*labels, "done").set(chunks_done)
-        self._metrics.snapshot_chunks.labels(*labels, "total").set(chunks_total)
-        self._metrics.snapshot_rows.labels(*labels).set(rows)
-
 
 class Metrics:
     """Every metric of a capture, in one registry."""
@@ -258,11 +264,6 @@ class Metrics:
             "ticdc_redo_flush_all_duration_seconds",
             "Seconds to make a batch's redo log files durable (fsync, or the upload of an object)", redo_labels,
             buckets=exponential_buckets(0.001, 2, 16), registry=r)
-        # -- initial snapshot (ours) --
-        self.snapshot_chunks = Gauge("sparkcdc_snapshot_chunks", "Initial snapshot chunks, done and total",
-                                     (*CHANGEFEED_LABELS, "state"), registry=r)
-        self.snapshot_rows = Gauge("sparkcdc_snapshot_rows", "Rows copied by the initial snapshot so far",
-                                   CHANGEFEED_LABELS, registry=r)
         self._source: Optional[CaptureStatusSource] = None
         r.register(_CaptureCollector(self))
         if process_metrics:  # process_cpu_seconds_total, process_resident_memory_bytes, python_gc_*
@@ -315,9 +316,6 @@ class Metrics:
             for family in (self.redo_write_bytes, self.redo_rows, self.redo_write_log_duration,
                            self.redo_flush_all_duration):
                 _remove(family, (*labels, kind))
-        for state in ("done", "total"):
-            _remove(self.snapshot_chunks, (*labels, state))
-        _remove(self.snapshot_rows, labels)
 
     def exposition(self) -> bytes:
         """Every metric in Prometheus's text format (CONTENT_TYPE)."""
@@ -394,9 +392,25 @@ def _owner_families(status: CaptureStatus, now_ms: float) -> Iterator[Metric]:
         "resolved_lag": GaugeMetricFamily("ticdc_owner_resolved_ts_lag", "Resolved ts lag of changefeeds in seconds",
                                           labels=CHANGEFEED_LABELS),
     }
+    snapshot = {
+        "chunks": GaugeMetricFamily("sparkcdc_snapshot_chunks", "Initial snapshot chunks copied (done) and in all "
+                                    "(total; estimated until every chunk is planned)",
+                                    labels=(*CHANGEFEED_LABELS, "state")),
+        "tables": GaugeMetricFamily("sparkcdc_snapshot_tables", "Initial snapshot tables copied (done) and in all",
+                                    labels=(*CHANGEFEED_LABELS, "state")),
+        "rows": GaugeMetricFamily("sparkcdc_snapshot_rows", "Rows the initial snapshot has copied",
+                                  labels=CHANGEFEED_LABELS),
+    }
     for changefeed in status.changefeeds:
         labels = [changefeed.namespace, changefeed.id]
         families["state"].add_metric(labels, STATE_CODES.get(changefeed.state, -1))
+        if changefeed.snapshot is not None:
+            progress = changefeed.snapshot
+            snapshot["chunks"].add_metric([*labels, "done"], progress.chunks_done)
+            snapshot["chunks"].add_metric([*labels, "total"], progress.chunks_total)
+            snapshot["tables"].add_metric([*labels, "done"], progress.tables_done)
+            snapshot["tables"].add_metric([*labels, "total"], progress.tables_total)
+            snapshot["rows"].add_metric(labels, progress.rows)
         if changefeed.state not in RUNNING_STATES:
             continue  # TiCDC drops a stopped changefeed's ts and lags with its owner-side object
         checkpoint_ms, resolved_ms = _physical_ms(changefeed.checkpoint_ts), _physical_ms(changefeed.resolved_ts)
@@ -405,6 +419,7 @@ def _owner_families(status: CaptureStatus, now_ms: float) -> Iterator[Metric]:
         families["resolved"].add_metric(labels, resolved_ms)
         families["resolved_lag"].add_metric(labels, max(0.0, (now_ms - resolved_ms) / 1000))
     yield from families.values()
+    yield from snapshot.values()
 
 
 def _puller_families(puller: PullerStatus, now_ms: float) -> Iterator[Metric]:

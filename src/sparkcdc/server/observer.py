@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 from sparkcdc.config.sink_uri import mask_sink_uri
 from sparkcdc.errors import ErrChangefeedNotExists
 from sparkcdc.model import tso
+from sparkcdc.model.snapshot import snapshot_progress
 from sparkcdc.observability.history import Sample, StatusHistory
 from sparkcdc.observability.metrics import (
     CONTENT_TYPE,
@@ -29,6 +30,7 @@ from sparkcdc.observability.metrics import (
     ChangefeedStatus,
     Metrics,
     PullerStatus,
+    SnapshotStatus,
 )
 
 if TYPE_CHECKING:
@@ -120,7 +122,7 @@ class CaptureObserver:
             owner_seconds=self._ownership.observe(is_owner),
             captures=len(capture.list_captures()),
             running=len(capture.running_changefeeds()),
-            changefeeds=tuple(self._changefeeds()) if is_owner else (),
+            changefeeds=tuple(self._changefeeds(with_snapshot=True)) if is_owner else (),
             puller=PullerStatus(health.state, binlog_bytes, transactions, capture.puller_resolved_ts()),
             index_bytes=sum(os.path.getsize(capture.index_path + suffix) for suffix in INDEX_SUFFIXES
                             if os.path.exists(capture.index_path + suffix)),
@@ -129,9 +131,10 @@ class CaptureObserver:
     def metrics_exposition(self) -> bytes:
         return self.metrics.exposition()
 
-    def _changefeeds(self) -> list[ChangefeedStatus]:
+    def _changefeeds(self, with_snapshot: bool = False) -> list[ChangefeedStatus]:
         """Every changefeed but removed ones, with the resolved ts a running one can reach: the
-        puller's (capped at its target), as TiCDC's owner reports the resolved ts its puller has."""
+        puller's (capped at its target), as TiCDC's owner reports the resolved ts its puller has;
+        `with_snapshot`: and the progress of its initial snapshot, if it has one."""
         store = self._capture.store
         puller_resolved = self._capture.puller_resolved_ts()
         changefeeds = []
@@ -145,7 +148,12 @@ class CaptureObserver:
             resolved = status.resolved_ts
             if info.state in RUNNING_STATES:
                 resolved = max(resolved, min(puller_resolved, info.target_ts) if info.target_ts else puller_resolved)
-            changefeeds.append(ChangefeedStatus(info.namespace, info.id, info.state, status.checkpoint_ts, resolved))
+            snapshot = None
+            if with_snapshot and (progress := snapshot_progress(store, info)) is not None:
+                snapshot = SnapshotStatus(progress["tables_done"], progress["tables_total"], progress["chunks_done"],
+                                          progress["chunks_total"], progress["rows"])
+            changefeeds.append(ChangefeedStatus(info.namespace, info.id, info.state, status.checkpoint_ts, resolved,
+                                                snapshot))
         return changefeeds
 
     def _lag(self, ts: int, now: float) -> float:
@@ -169,6 +177,7 @@ class CaptureObserver:
             totals = self.metrics.changefeed_totals(*key)
             points = self.history.series(key, now)
             running = changefeed.state in RUNNING_STATES
+            snapshot = snapshot_progress(store, info)
             changefeeds.append({
                 "namespace": changefeed.namespace,
                 "id": changefeed.id,
@@ -183,6 +192,8 @@ class CaptureObserver:
                 "rows_per_second": next((p.rows_per_second for p in reversed(points)
                                          if p.rows_per_second is not None), None),
                 "error": info.error,
+                # The initial snapshot's summary (`cli changefeed snapshot` shows it per table).
+                "snapshot": None if snapshot is None else {k: v for k, v in snapshot.items() if k != "tables"},
                 "history": [[round(p.time, 3), p.lag, p.rows_per_second] for p in points],
             })
         captures = capture.list_captures()
