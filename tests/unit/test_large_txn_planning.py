@@ -39,13 +39,17 @@ class FakeIndex:
         return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
     def txn_sizes_between(self, lo, hi, limit=None):
-        return [TxnSize(t.commit_ts, t.size, bool(t.pieces), t.is_ddl) for t in self.txns_between(lo, hi, limit)]
+        return [TxnSize(t.commit_ts, t.size, bool(t.pieces), t.is_ddl, t.skip_replication, t.epoch, t.breaks)
+                for t in self.txns_between(lo, hi, limit)]
 
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
 
     def tables_at(self, ts):
         return []
+
+    def source(self, epoch):
+        return None
 
 
 def options(**overrides) -> SourceOptions:
@@ -212,3 +216,25 @@ def test_pieces_keep_their_own_budget_in_a_larger_batch():
     assert plan_next_batch(index, BatchOffset(20, 3), 0, 1000, piece_batch_bytes=250) == (BatchOffset(20), False)
     # Without the piece budget all of it is one batch.
     assert plan_next_batch(index, BatchOffset(5), 0, 1000) == (BatchOffset(20), False)
+
+
+def test_after_a_failover_ranges_never_mix_servers_and_each_reads_from_its_own():
+    """Transactions of epoch 0 were indexed from server a, the rest (re-mapped or new) are in
+    server b's binlog; txn 50 follows 40 in commit order but not in b's binlog (`breaks`)."""
+    from dataclasses import replace
+
+    from sparkcdc.upstream.txn_index import Source
+
+    on_a = [txn(10, 1000, 50), txn(20, 1050, 50)]
+    on_b = [replace(txn(30, 500, 50), epoch=1, breaks=True), replace(txn(40, 550, 50), epoch=1),
+            replace(txn(50, 700, 50), epoch=1, breaks=True), replace(txn(60, 750, 50), epoch=1)]
+
+    class TwoServers(FakeIndex):
+        def source(self, epoch):
+            return Source(epoch, "a" if epoch == 0 else "b", 3306 + epoch, 1 + epoch, None, "mariadb", 0)
+
+    index = TwoServers(on_a + on_b, resolved=70)
+    partitions = plan_partitions(index, replace(options(), parallelism=1), BatchOffset(5), BatchOffset(60), set())
+    ranges = [(p.binlog_range.upstream.address, p.binlog_range.commit_ts) for p in partitions[1:]]
+    assert ranges == [("a:3306", (10, 20)), ("b:3307", (30, 40)), ("b:3307", (50, 60))]
+    assert all(p.binlog_range.upstream.user == "u" for p in partitions[1:])

@@ -40,7 +40,8 @@ class FakeIndex:
         return [t for t in self.txns if lo < t.commit_ts <= hi][:limit]
 
     def txn_sizes_between(self, lo, hi, limit=None):
-        return [TxnSize(t.commit_ts, t.size, bool(t.pieces), t.is_ddl) for t in self.txns_between(lo, hi, limit)]
+        return [TxnSize(t.commit_ts, t.size, bool(t.pieces), t.is_ddl, t.skip_replication, t.epoch, t.breaks)
+                for t in self.txns_between(lo, hi, limit)]
 
     def next_ddl_after(self, ts):
         return min((t.commit_ts for t in self.txns if t.is_ddl and t.commit_ts > ts), default=None)
@@ -50,6 +51,9 @@ class FakeIndex:
 
     def table_info_at(self, schema, table, ts):
         return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
+
+    def source(self, epoch):
+        return None  # no server recorded: ranges read from the upstream URI's first server
 
 
 def plan_batch_end(index, start: int, target_ts: int, max_batch_bytes: int) -> int:

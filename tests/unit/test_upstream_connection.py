@@ -18,7 +18,17 @@ def test_from_uri_defaults():
     assert UpstreamConfig.from_uri("mysql://root@127.0.0.1/") == UpstreamConfig("127.0.0.1", 3306, "root", "")
 
 
-@pytest.mark.parametrize("uri", ["kafka://h:1/", "mysql:///", "mysql://root@/"])
+def test_from_uri_takes_several_servers_of_one_topology():
+    cfg = UpstreamConfig.from_uri("mysql://cdc:pw@db1:3307,DB2,[::1]:3308/")
+    assert (cfg.host, cfg.port, cfg.others) == ("db1", 3307, (("db2", 3306), ("::1", 3308)))
+    assert cfg.masked_uri() == "mysql://cdc:xxxxx@db1:3307,db2:3306,[::1]:3308/"
+    assert [s.address for s in cfg.servers()] == ["db1:3307", "db2:3306", "[::1]:3308"]
+    assert all(s.password == "pw" and not s.others for s in cfg.servers())
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+@pytest.mark.parametrize("uri", ["kafka://h:1/", "mysql:///", "mysql://root@/", "mysql://root@h1,,h2/",
+                                 "mysql://root@h1:x/", "mysql://root@h1,h1:3306/"])
 def test_from_uri_rejects(uri):
     with pytest.raises(ErrUpstreamURIInvalid):
         UpstreamConfig.from_uri(uri)

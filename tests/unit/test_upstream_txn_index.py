@@ -117,3 +117,79 @@ def test_a_gtid_resolves_after_its_whole_group(index):
     assert [t.continues_group for t in index.txns_between(1000, 1004)] == [False, False, True, False]
     assert index.resolve_start("0-1-2") == 1003
     assert index.resolve_start("mysql-bin.000001:400") == 1003
+
+
+@pytest.fixture
+def gtid_index(tmp_path):
+    """An index started at GTID state 0-1-10,1-1-4 that then indexed domain 0 and 1 transactions."""
+    from sparkcdc.model.gtid import parse_state
+
+    idx = TxnIndex(str(tmp_path / "g.sqlite"))
+    idx.bootstrap(BinlogPosition("mysql-bin.000001", 100), 1000, [table("a", 1000, "x")],
+                  gtid_state=parse_state("0-1-10,1-1-4"))
+    idx.record_source("a", 3306, 1, None, "mariadb", new_epoch=False)
+    idx.append([txn(1001, 100, 200, "0-1-11"), txn(1002, 200, 300, "1-1-5"), txn(1003, 300, 400, "0-1-12")],
+               [], [], 1003)
+    return idx
+
+
+def test_the_index_knows_the_gtid_state_at_every_commit_ts(gtid_index):
+    assert str(gtid_index.gtid_executed()) == "0-1-12,1-1-5"
+    assert str(gtid_index.gtid_state_at(1000)) == "0-1-10,1-1-4"
+    assert str(gtid_index.gtid_state_at(1001)) == "0-1-11,1-1-4"
+    assert str(gtid_index.gtid_state_at(1002)) == "0-1-11,1-1-5"
+    assert str(gtid_index.gtid_state_at(1500)) == "0-1-12,1-1-5"
+    assert gtid_index.gtid_state_at(999) is None
+    # ... and the reverse: a state names where a changefeed stands.
+    assert gtid_index.resolve_start("0-1-11,1-1-5") == 1002
+    assert gtid_index.resolve_start("0-1-10,1-1-4") == 1000
+    assert gtid_index.resolve_start("0-1-12") == 1003
+
+
+def test_a_start_before_the_index_says_where_to_back_fill_from(gtid_index):
+    from sparkcdc.upstream.txn_index import StartBeforeIndex
+
+    with pytest.raises(StartBeforeIndex) as by_gtid:
+        gtid_index.resolve_start("0-1-7,1-1-4")
+    assert str(by_gtid.value.gtid_state) == "0-1-7,1-1-4" and by_gtid.value.code == "SPARKCDC:ErrStartTsInvalid"
+    with pytest.raises(StartBeforeIndex) as by_position:
+        gtid_index.resolve_start("mysql-bin.000001:50")
+    assert by_position.value.position == BinlogPosition("mysql-bin.000001", 50)
+    with pytest.raises(StartBeforeIndex) as by_ts:
+        gtid_index.resolve_start("999")
+    assert by_ts.value.ts == 999
+    with pytest.raises(ErrStartTsInvalid, match="not executed yet"):
+        gtid_index.resolve_start("0-1-20")
+
+
+def test_a_failover_remaps_positions_into_a_new_epoch_and_drops_only_unresolved_transactions(gtid_index):
+    from sparkcdc.upstream.txn_index import Remapped
+
+    b = gtid_index.record_source("b", 3307, 2, None, "mariadb", new_epoch=True)
+    assert b.epoch == 1 and gtid_index.current_source() == b and gtid_index.source(0).host == "a"
+    on_b = BinlogPosition("b-bin.000003", 900)
+    gtid_index.remap(1, [Remapped(1003, on_b, BinlogPosition("b-bin.000003", 1000), (), breaks=True)])
+    moved = gtid_index.txns_between(1002, 1003)[0]
+    assert (moved.start, moved.epoch, moved.breaks, moved.size) == (on_b, 1, True, 100)
+    assert [s.epoch for s in gtid_index.txn_sizes_between(1000, 1003)] == [0, 0, 1]
+    # A FILE:POS names the current server's binlog.
+    assert gtid_index.resolve_start("b-bin.000003:1000") == 1003
+    with pytest.raises(ErrStartTsInvalid):
+        gtid_index.resolve_start("mysql-bin.000001:200")
+
+    gtid_index.append([txn(1004, 400, 500, "0-1-13")], [], [TableVersion("db", "c", 1004, table("c", 1004, "z"))],
+                      1003)  # persisted past resolved-ts
+    with pytest.raises(ValueError):
+        gtid_index.drop_unresolved([1003, 1004])
+    gtid_index.drop_unresolved([1004])
+    assert gtid_index.last_txn().commit_ts == 1003 and str(gtid_index.gtid_executed()) == "0-1-12,1-1-5"
+    assert [t.table for t in gtid_index.tables_at(2000)] == ["a"]
+
+
+def test_an_index_from_before_gtid_states_learns_its_start_state(index):
+    from sparkcdc.model.gtid import parse_state
+
+    index.append([txn(1001, 100, 200, "0-1-1")], [], [], 1001)
+    assert index.gtid_executed() is None and index.gtid_state_at(1001) is None
+    index.set_start_gtid(parse_state(""))
+    assert str(index.gtid_executed()) == "0-1-1" and str(index.gtid_state_at(1000)) == ""

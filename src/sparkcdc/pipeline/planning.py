@@ -346,7 +346,9 @@ def split_ranges(txns: Sequence["TxnSize | TxnRecord"], parts: int,
     """Cut the batch's DML transactions into contiguous runs of about equal binlog size.
 
     DDL transactions carry no rows, and with `drop_marked` a transaction marked skip_replication
-    is not read: each ends a run, and a run never spans one.
+    is not read: each ends a run, and a run never spans one. Nor does a run reach into a
+    transaction marked `breaks` or of another epoch (its positions are another server's, or not
+    where the previous transaction ends: txn_index.py).
     """
     runs: list[list] = [[]]
     for txn in txns:
@@ -354,6 +356,8 @@ def split_ranges(txns: Sequence["TxnSize | TxnRecord"], parts: int,
             if runs[-1]:
                 runs.append([])
             continue
+        if runs[-1] and (txn.breaks or txn.epoch != runs[-1][-1].epoch):
+            runs.append([])
         runs[-1].append(txn)
     runs = [r for r in runs if r]
     total = sum(t.size for r in runs for t in r)
@@ -384,6 +388,7 @@ class _Span:
     piece: int = 0
     table_maps: tuple["BinlogPosition", ...] = ()
     continues_group: bool = False  # it starts with the rest of a GTID group (TxnRecord.continues_group)
+    epoch: int = 0  # the source whose binlog holds it
 
 
 def batch_spans(
@@ -410,11 +415,11 @@ def batch_spans(
         for piece in range(first, end.piece if ends_inside else txn.piece_count):
             piece_start, piece_end, maps = txn.piece_range(piece)
             spans.append(_Span(piece_start, piece_end, (txn.commit_ts,), piece_end.pos - piece_start.pos, piece, maps,
-                               txn.continues_group))
+                               txn.continues_group, txn.epoch))
     for run in split_ranges(whole, parts, drop_marked):
         first = _record(index, run[0].commit_ts)
         spans.append(_Span(first.start, _record(index, run[-1].commit_ts).end, tuple(t.commit_ts for t in run),
-                           sum(t.size for t in run), continues_group=first.continues_group))
+                           sum(t.size for t in run), continues_group=first.continues_group, epoch=first.epoch))
     return sorted(spans, key=lambda span: (span.commit_ts[0], span.piece))
 
 
@@ -441,12 +446,15 @@ def plan_partitions(
         return []
     tables = _replicated_tables_at(index, start.checkpoint_ts, options, warned)
     upstream = UpstreamConfig.from_uri(options.upstream_uri)
+    servers: dict[int, UpstreamConfig] = {}
     partitions: list[InputPartition] = [MarkerPartition(start.checkpoint_ts, end.checkpoint_ts)]
     for number, span in enumerate(batch_spans(index, start, end, options.parallelism, sizes, options.bdr_mode)):
+        if span.epoch not in servers:
+            servers[span.epoch] = source_server(index, span.epoch, upstream)
         partitions.append(
             RangePartition(
                 BinlogRange(
-                    upstream=upstream,
+                    upstream=servers[span.epoch],
                     server_id=options.server_id_base + number,
                     start=span.start,
                     end=span.end,
@@ -459,6 +467,13 @@ def plan_partitions(
             )
         )
     return partitions
+
+
+def source_server(index: "TxnIndex", epoch: int, upstream: UpstreamConfig) -> UpstreamConfig:
+    """The server whose binlog holds the transactions of `epoch`, with the upstream URI's
+    credentials (the URI's first server for an index that has recorded none)."""
+    source = index.source(epoch)
+    return upstream.at(source.host, source.port) if source is not None else upstream.servers()[0]
 
 
 def _replicated_tables_at(

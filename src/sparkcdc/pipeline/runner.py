@@ -52,7 +52,7 @@ from sparkcdc.observability.metrics import BatchStats, ChangefeedMetrics, Metric
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions
+from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions, source_server
 from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.source import SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
@@ -322,8 +322,9 @@ class ChangefeedRunner:
         binlog from the changefeed's checkpoint on (TiCDC refuses a start-ts below its GC safepoint)."""
         index = TxnIndex(self._index_path)
         following = index.txns_between(checkpoint_ts, index.resolved_ts(), limit=1)
-        if following:  # the first transaction it still has to read
-            check_binlog_retained(UpstreamConfig.from_uri(self._upstream_uri), following[0].start,
+        if following:  # the first transaction it still has to read, on the server whose binlog has it
+            server = source_server(index, following[0].epoch, UpstreamConfig.from_uri(self._upstream_uri))
+            check_binlog_retained(server, following[0].start,
                                   f"changefeed {info.namespace}/{info.id} at checkpoint {checkpoint_ts}")
 
     def _warn_cascades(self, info: ChangefeedInfo, spec: SinkSpec) -> None:

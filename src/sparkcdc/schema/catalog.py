@@ -157,7 +157,7 @@ class Change:
 # ---- building columns from specs ---------------------------------------------------------------
 
 
-def _max_bytes(charset: Optional[str]) -> int:
+def max_bytes_per_char(charset: Optional[str]) -> int:
     return _MAX_BYTES_PER_CHAR.get(charset or "", 1)
 
 
@@ -185,7 +185,7 @@ def build_column(spec: ColumnSpec, table_charset: str) -> ColumnInfo:
         charset = None
     if mysql_type == "text":
         if length is not None:
-            mysql_type = _sized(_TEXT_LADDER, length * _max_bytes(charset))
+            mysql_type = _sized(_TEXT_LADDER, length * max_bytes_per_char(charset))
         length = None
     elif mysql_type == "blob":
         if length is not None:
@@ -363,7 +363,7 @@ class _TableEditor:
         for c in self.columns:
             if c.mysql_type in _STRING_TYPES and c.charset != "binary":
                 mysql_type = c.mysql_type
-                if mysql_type in _TEXT_LADDER and _max_bytes(charset) > _max_bytes(c.charset):
+                if mysql_type in _TEXT_LADDER and max_bytes_per_char(charset) > max_bytes_per_char(c.charset):
                     mysql_type = _TEXT_LADDER[min(_TEXT_LADDER.index(mysql_type) + 1, 3)]
                 c = replace(c, charset=charset, mysql_type=mysql_type)
             columns.append(c)

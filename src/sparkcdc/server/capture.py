@@ -37,14 +37,14 @@ log = logging.getLogger(__name__)
 
 
 
-def replication_server_ids(data_dir: str) -> tuple[int, int]:
-    """(the puller's server_id, the first of its range readers' ids; each changefeed run takes the
-    next 1000) for a capture. Every replication connection to an upstream needs its own server_id:
-    the upstream drops a connection when another registers with the same id, so two servers on one
-    upstream (a cluster's captures, or independent single nodes) take theirs from a slot derived
-    from their data dir."""
+def replication_server_ids(data_dir: str) -> tuple[int, int, int]:
+    """(the puller's server_id, the first of its range readers' ids: each changefeed run takes the
+    next 1000, the id of its walks over the binlog: back-fills) for a capture. Every replication
+    connection to an upstream needs its own server_id: the upstream drops a connection when
+    another registers with the same id, so two servers on one upstream (a cluster's captures, or
+    independent single nodes) take theirs from a slot derived from their data dir."""
     slot = zlib.crc32(os.path.abspath(data_dir).encode()) % 3000
-    return 1_000_000 + slot, 10_000_000 + slot * 1_000_000
+    return 1_000_000 + slot, 10_000_000 + slot * 1_000_000, 1_003_000 + slot
 _ER_ACCESS_DENIED = 1045
 # Seconds a single-node capture waits after start before warming Spark for its first changefeed.
 LOCAL_WARM_UP_DELAY = 5.0
@@ -73,7 +73,9 @@ class Capture:
         os.makedirs(options.data_dir, exist_ok=True)
         self.index_path = os.path.join(options.data_dir, "txn-index.sqlite")
         self.cluster = None
-        self._puller_server_id, self._reader_server_id_base = replication_server_ids(options.data_dir)
+        self._puller_server_id, self._reader_server_id_base, self._walk_server_id = replication_server_ids(
+            options.data_dir)
+        self._backfill_lock = threading.Lock()
         if options.pd:
             from sparkcdc.server.cluster import ClusterMember
             from sparkcdc.server.etcd_client import EtcdClient
@@ -270,7 +272,25 @@ class Capture:
 
     def resolve_start_ts(self, start_ts) -> int:
         self._ensure_puller()
-        return TxnIndex(self.index_path).resolve_start(str(start_ts))
+        return self._resolve_start(str(start_ts))
+
+    def _resolve_start(self, start: str) -> int:
+        """TxnIndex.resolve_start, back-filling the index first for a start before it that the
+        upstream's binlog still has (upstream/backfill.py)."""
+        from sparkcdc.upstream.txn_index import StartBeforeIndex
+
+        index = TxnIndex(self.index_path)
+        try:
+            return index.resolve_start(start)
+        except StartBeforeIndex:
+            with self._backfill_lock:  # one walk at a time; a concurrent call may have done it
+                try:
+                    return index.resolve_start(start)
+                except StartBeforeIndex as before:
+                    from sparkcdc.upstream.backfill import Backfill
+
+                    Backfill(self.upstream, index, self._walk_server_id).run(before)
+            return index.resolve_start(start)
 
     def current_tso(self) -> int:
         return tso.compose(int(time.time() * 1000))
@@ -290,7 +310,7 @@ class Capture:
 
         self._ensure_puller()
         index = TxnIndex(self.index_path)
-        ts = index.resolve_start(str(start_ts)) if start_ts else index.resolved_ts()
+        ts = self._resolve_start(str(start_ts)) if start_ts else index.resolved_ts()
         return verify_tables(index.tables_at(ts), config)
 
     def processors(self) -> list[tuple[str, str, str]]:

@@ -18,38 +18,47 @@ MASK = "xxxxx"
 
 @dataclass(frozen=True)
 class UpstreamConfig:
-    """Host, port and credentials of the upstream. Plain data, so it pickles to Spark executors."""
+    """Host, port and credentials of the upstream. Plain data, so it pickles to Spark executors.
+
+    A URI may name several servers of one replication topology (`mysql://u@h1:3306,h2:3306/`,
+    docs/failover.md): `host`/`port` is the first, `others` the rest, all with the same
+    credentials. `connect()` always talks to `host:port`; `servers()` gives one config per server
+    (the puller picks the primary among them, upstream/switchover.py)."""
 
     host: str
     port: int = 3306
     user: str = "root"
     password: str = field(default="", repr=False)
+    others: tuple[tuple[str, int], ...] = ()  # the other servers named by the URI, in its order
 
     @classmethod
     def from_uri(cls, uri: str) -> "UpstreamConfig":
-        """Parse `mysql://user:pass@host:port/` (also `mariadb://`)."""
+        """Parse `mysql://user:pass@host:port/` (also `mariadb://`, and several `host:port`
+        separated by commas)."""
         try:
             parts = urlsplit(uri.strip())
-            port = parts.port
+            userinfo, at, hostlist = parts.netloc.rpartition("@")
+            hosts = [_host_port(item) for item in hostlist.split(",")] if hostlist else []
         except ValueError as e:
             raise ErrUpstreamURIInvalid(f"upstream URI {_mask(uri)!r} is malformed ({e}); use mysql://user:password@host:port/")
         if parts.scheme not in ("mysql", "mariadb"):
             raise ErrUpstreamURIInvalid(
                 f"upstream URI scheme {parts.scheme!r} is not supported; use mysql://user:password@host:port/"
             )
-        if not parts.hostname:
+        if not hosts or any(not host for host, _ in hosts):
             raise ErrUpstreamURIInvalid(
-                f"upstream URI {_mask(uri)!r} has no host; use mysql://user:password@host:port/"
+                f"upstream URI {_mask(uri)!r} has no host; use mysql://user:password@host:port/ "
+                "(or host1:port1,host2:port2 for a primary and its replicas)"
             )
-        return cls(
-            host=parts.hostname,
-            port=port or 3306,
-            user=unquote(parts.username) if parts.username else "root",
-            password=unquote(parts.password) if parts.password else "",
-        )
+        if len(set(hosts)) != len(hosts):
+            raise ErrUpstreamURIInvalid(f"upstream URI {_mask(uri)!r} names a server twice")
+        user, _, password = userinfo.partition(":") if at else ("", "", "")
+        (host, port), others = hosts[0], tuple(hosts[1:])
+        return cls(host=host, port=port, user=unquote(user) if user else "root",
+                   password=unquote(password) if password else "", others=others)
 
     def connect(self, **kwargs: Any) -> pymysql.connections.Connection:
-        """A new pymysql connection (utf8mb4, autocommit unless overridden)."""
+        """A new pymysql connection to `host:port` (utf8mb4, autocommit unless overridden)."""
         settings = {"charset": "utf8mb4", "autocommit": True, "connect_timeout": 10, **kwargs}
         try:
             return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password, **settings)
@@ -59,13 +68,58 @@ class UpstreamConfig:
                 "check the host, port and credentials and that the server is running"
             ) from e
 
+    def connect_any(self, **kwargs: Any) -> pymysql.connections.Connection:
+        """A connection to the first of `servers()` that answers (any server of the topology
+        will do: e.g. to check a user's password)."""
+        error: Optional[ErrUpstreamUnreachable] = None
+        for server in self.servers():
+            try:
+                return server.connect(**kwargs)
+            except ErrUpstreamUnreachable as exc:
+                error = error or exc
+        assert error is not None
+        raise error
+
+    def servers(self) -> list["UpstreamConfig"]:
+        """One single-server config per server the URI names, in its order."""
+        return [self.at(host, port) for host, port in ((self.host, self.port), *self.others)]
+
+    def at(self, host: str, port: int) -> "UpstreamConfig":
+        """The single server `host:port` with these credentials."""
+        return UpstreamConfig(host, port, self.user, self.password)
+
+    @property
+    def address(self) -> str:
+        return _address(self.host, self.port)
+
     def connection_settings(self) -> dict[str, Any]:
         """Keyword arguments for pymysqlreplication's `connection_settings`."""
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password, "charset": "utf8mb4"}
 
     def masked_uri(self) -> str:
         auth = self.user + (f":{MASK}" if self.password else "")
-        return f"mysql://{auth}@{self.host}:{self.port}/"
+        hosts = ",".join(_address(host, port) for host, port in ((self.host, self.port), *self.others))
+        return f"mysql://{auth}@{hosts}/"
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _host_port(item: str) -> tuple[str, int]:
+    """`host`, `host:port`, `[v6]` or `[v6]:port` -> (host, port); port 3306 by default."""
+    item = item.strip()
+    if item.startswith("["):
+        host, _, rest = item[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else rest
+    else:
+        host, _, port = item.partition(":")
+    if port and not port.isdigit():
+        raise ValueError(f"port {port!r} of {item!r} is not a number")
+    number = int(port) if port else 3306
+    if not 0 < number < 65536:
+        raise ValueError(f"port {number} is out of range")
+    return unquote(host).lower(), number
 
 
 # The server's answer to a binlog dump from a position it no longer has (ER_MASTER_FATAL_ERROR_READING_BINLOG).
@@ -221,6 +275,12 @@ def detect_flavor(conn) -> Flavor:
 
 def binlog_end(conn, flavor: Flavor | None = None) -> BinlogPosition:
     """The current end of the binlog (where the next transaction will be written)."""
+    return binlog_end_and_gtids(conn, flavor)[0]
+
+
+def binlog_end_and_gtids(conn, flavor: Flavor | None = None) -> tuple[BinlogPosition, Optional[str]]:
+    """The current end of the binlog and the GTID state there (MariaDB: BINLOG_GTID_POS of it;
+    MySQL: the status' Executed_Gtid_Set, read with it); None when the server cannot say."""
     flavor = flavor or detect_flavor(conn)
     last_error: Exception | None = None
     for statement in flavor.status_statements:
@@ -233,5 +293,33 @@ def binlog_end(conn, flavor: Flavor | None = None) -> BinlogPosition:
             continue
         if row is None:
             raise ErrUpstreamBinlogConfig("binary log is disabled (log_bin=OFF); set log-bin in the server config and restart")
-        return BinlogPosition(row[0], int(row[1]))
+        position = BinlogPosition(row[0], int(row[1]))
+        if flavor.name == "mysql":
+            return position, (str(row[4]).replace("\n", "") if len(row) > 4 and row[4] is not None else None)
+        return position, binlog_gtid_pos(conn, position)
     raise ErrUpstreamUnreachable(f"cannot read the binlog position: {last_error}")
+
+
+def binlog_gtid_pos(conn, position: BinlogPosition) -> Optional[str]:
+    """MariaDB's GTID position at a binlog coordinate of this server (BINLOG_GTID_POS): the last
+    GTID of each domain before it. None where the server cannot say (MySQL, a purged file)."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT BINLOG_GTID_POS(%s, %s)", (position.file, position.pos))
+            row = cur.fetchone()
+    except pymysql.err.MySQLError:
+        return None
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def server_identity(conn) -> tuple[int, Optional[str]]:
+    """(@@server_id, @@server_uuid or None): which server of a topology this is (MariaDB has no uuid)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT @@server_id")
+        server_id = int(cur.fetchone()[0])
+        try:
+            cur.execute("SELECT @@server_uuid")
+            uuid = cur.fetchone()[0]
+        except pymysql.err.MySQLError:
+            uuid = None
+    return server_id, (str(uuid).lower() if uuid else None)

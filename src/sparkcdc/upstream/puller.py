@@ -47,8 +47,10 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrPullerFailed, ErrPullerStalled, SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.model.events import FK_CHECKS_MIXED, FK_CHECKS_OFF, FK_CHECKS_ON, DDLEvent, TableInfo
+from sparkcdc.model.gtid import GtidState, parse_state
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.upstream.connection import UpstreamConfig, binlog_end, upstream_error
+from sparkcdc.upstream.connection import (Flavor, UpstreamConfig, binlog_end, binlog_end_and_gtids, binlog_gtid_pos,
+                                          detect_flavor, server_identity, upstream_error)
 from sparkcdc.upstream.preflight import preflight
 from sparkcdc.schema.catalog import stable_table_id  # noqa: F401  (re-exported)
 from sparkcdc.schema.store import DDLOutcome, SchemaStore, is_ddl
@@ -96,6 +98,34 @@ def unsupported_event(event, at: Optional[BinlogPosition] = None) -> ErrBinlogUn
     )
 
 
+class _BinlogStream(BinLogStreamReader):
+    """mysql-replication's reader, except that a dump started at a GTID state, once it has
+    delivered an event, reconnects (mysql-replication does so by itself on a lost connection)
+    from the binlog position it reached, not from the GTID state again, which would deliver
+    every transaction since that state a second time."""
+
+    def fetchone(self):
+        event = super().fetchone()
+        if event is not None and self.auto_position is not None and self.log_file:
+            self.auto_position, self.is_mariadb = None, False
+        return event
+
+
+def binlog_stream(server: UpstreamConfig, server_id: int, heartbeat_seconds: float,
+                  position: Optional[BinlogPosition] = None, gtid_state: Optional[GtidState] = None,
+                  ) -> BinLogStreamReader:
+    """A blocking dump of PULLER_EVENTS from `server`: from `position`, or right after
+    `gtid_state` (the server finds where: a GTID dump), with a heartbeat when idle."""
+    settings = dict(
+        connection_settings={**server.connection_settings(), "read_timeout": READ_TIMEOUT_SECONDS},
+        server_id=server_id, resume_stream=True, blocking=True, slave_heartbeat=heartbeat_seconds,
+        only_events=PULLER_EVENTS, filter_non_implemented_events=False, enable_logging=False)
+    if gtid_state is not None:
+        return _BinlogStream(**settings, auto_position=str(gtid_state), is_mariadb=gtid_state.flavor == "mariadb")
+    assert position is not None
+    return _BinlogStream(**settings, log_file=position.file, log_pos=position.pos, is_mariadb=False)
+
+
 def event_start(stream: BinLogStreamReader, event) -> BinlogPosition:
     """The position where `event` begins (its header's log_pos is where the next one begins)."""
     return BinlogPosition(stream.log_file, event.packet.log_pos - event.packet.event_size)
@@ -141,6 +171,102 @@ class _OpenTxn:
             self.pieces.append(PieceStart(start.pos, tuple(sorted(self.statement_maps.values()))))
         if flags & _STMT_END_F:
             self.statement_maps = {}
+
+
+@dataclass(frozen=True)
+class CutTxn:
+    """One transaction as the binlog delimits it, before it has a commit-ts."""
+
+    gtid: Optional[str]
+    start: BinlogPosition
+    end: BinlogPosition  # after its commit event
+    pieces: tuple[PieceStart, ...]
+    timestamp: int  # its commit event's time, whole seconds
+    query: Optional[str] = None  # the statement that made it a group of its own (a DDL, ...)
+    schema: str = ""  # that statement's default database
+    is_ddl: bool = False
+    foreign_key_checks: str = FK_CHECKS_ON  # how its ROWS events ran (_OpenTxn.foreign_key_checks)
+    skip_replication: bool = False  # written by a session with MariaDB's @@skip_replication
+    continues_group: bool = False  # the rest of a GTID group after its DDL (TxnRecord.continues_group)
+
+
+class TxnCutter:
+    """Cuts a binlog event stream into transactions: GTID event .. XID / COMMIT / ROLLBACK, or
+    the one statement of a standalone group (a DDL; CREATE TABLE ... SELECT's rows after it, up to
+    its group's commit, are the next transaction), with the cut points of large ones (`piece_bytes`). Shared by the puller and the
+    walks that re-map or back-fill the index (switchover.py, backfill.py), so all cut alike.
+    `on_table_map(event, position)` sees every TABLE_MAP inside a transaction."""
+
+    def __init__(self, piece_bytes: int = DEFAULT_PIECE_BYTES,
+                 on_table_map: Optional[Callable[[TableMapEvent, BinlogPosition], None]] = None):
+        self.piece_bytes = piece_bytes
+        self.on_table_map = on_table_map
+        self.open: Optional[_OpenTxn] = None
+
+    @property
+    def between_transactions(self) -> bool:
+        return self.open is None
+
+    def feed(self, stream: BinLogStreamReader, event) -> Optional[CutTxn]:
+        """The transaction `event` ends, if it ends one; raises on events it cannot follow."""
+        if isinstance(event, (MariadbGtidEvent, GtidEvent)):
+            if self.open is not None:
+                raise ErrBinlogUnsupportedEvent(
+                    f"transaction {self.open.gtid} at {self.open.start} has no commit event before the next GTID"
+                )
+            gtid = event.gtid if isinstance(event, MariadbGtidEvent) else str(event.gtid).lower()
+            self.open = _OpenTxn(gtid, event_start(stream, event),
+                                 skip_replication=bool(event.packet.flags & _SKIP_REPLICATION_F))
+            if isinstance(event, MariadbGtidEvent) and not event.flags & _FL_STANDALONE:
+                self.open.in_begin = self.open.opened_by_gtid = True
+        elif isinstance(event, XidEvent):
+            if self.open is not None:
+                return self._close(stream, event)
+        elif isinstance(event, QueryEvent) and self.open is not None:
+            kind = classify(event.query)
+            if kind == "begin":
+                self.open.in_begin = True
+            elif kind in ("commit", "rollback") and self.open.in_begin:
+                return self._close(stream, event)
+            elif kind == "xa":
+                raise ErrBinlogUnsupportedEvent(
+                    f"XA transaction at {self.open.start} is not supported yet; avoid XA on replicated tables"
+                )
+            elif kind == "statement" and (not self.open.in_begin
+                                          or self.open.opened_by_gtid and is_ddl(event.query)):
+                # A DDL is a transaction of its own. In a group the GTID event opened, it is
+                # CREATE TABLE ... SELECT's: the rows and the group's XID/COMMIT follow it, and
+                # become the next transaction (a later commit-ts, after the DDL's barrier).
+                schema = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else (event.schema or "")
+                opened = self.open
+                cut = self._close(stream, event, event.query, schema, is_ddl(event.query))
+                if opened.opened_by_gtid:
+                    self.open = _OpenTxn(cut.gtid, cut.end, in_begin=True, opened_by_gtid=True,
+                                         skip_replication=opened.skip_replication, continues_group=True)
+                return cut
+        elif isinstance(event, TableMapEvent):
+            if self.open is not None:
+                start = event_start(stream, event)
+                self.open.see_table_map(event.table_id, start.pos)
+                if self.on_table_map is not None:
+                    self.on_table_map(event, start)
+        elif isinstance(event, _ROWS_EVENTS):
+            if self.open is not None:
+                self.open.see_rows(event.table_id, event.flags, event_start(stream, event), self.piece_bytes)
+        elif isinstance(event, XAPrepareEvent):
+            raise ErrBinlogUnsupportedEvent(f"XA PREPARE at {event_start(stream, event)} is not supported yet; "
+                                            "avoid XA on replicated tables")
+        elif isinstance(event, NotImplementedEvent):
+            raise unsupported_event(event, event_start(stream, event))
+        return None
+
+    def _close(self, stream: BinLogStreamReader, event, query: Optional[str] = None, schema: str = "",
+               ddl: bool = False) -> CutTxn:
+        txn, self.open = self.open, None
+        assert txn is not None
+        end = BinlogPosition(stream.log_file, event.packet.log_pos)
+        return CutTxn(txn.gtid, txn.start, end, tuple(txn.pieces), event.timestamp, query, schema, ddl,
+                      txn.foreign_key_checks, txn.skip_replication, txn.continues_group)
 
 
 # How long the upstream may stay silent before it sends a heartbeat, which moves resolved-ts to the
@@ -347,12 +473,12 @@ class Puller:
                 log.info("binlog puller reconnected to upstream %s after %.1fs", self.cfg.masked_uri(), down)
             self._set_state(RUNNING, connected=True)
 
-    def _bootstrap(self, ctl, attempts: int = 20) -> None:
+    def _bootstrap(self, ctl, flavor: Flavor, attempts: int = 20) -> None:
         """Snapshot the schema at a binlog position. Two equal reads around the position prove no
         DDL ran in between, so the snapshot is the schema at exactly that position."""
         before = read_catalog(ctl)
         for _ in range(attempts):
-            start = binlog_end(ctl)
+            start, gtids = binlog_end_and_gtids(ctl, flavor)
             after = read_catalog(ctl)
             if after == before:
                 break
@@ -363,16 +489,33 @@ class Puller:
         tables = list(after.tables.values())
         self.index.bootstrap(
             start, now_ts, [t.info(now_ts) for t in tables], [t.to_json() for t in tables],
-            after.databases, after.server_charset,
+            after.databases, after.server_charset, parse_state(gtids, flavor.name) if gtids is not None else None,
         )
+
+    def _know_source(self, ctl, server: UpstreamConfig, flavor: Flavor) -> None:
+        """Record the server this index follows, and for an index made before sources and GTID
+        states were kept, learn its start GTID state from the server (which made it)."""
+        server_id, server_uuid = server_identity(ctl)
+        source = self.index.current_source()
+        if source is None or source.same_server(server_id, server_uuid):
+            # the first source, or the same server under the address it answers at now
+            source = self.index.record_source(server.host, server.port, server_id, server_uuid, flavor.name,
+                                              new_epoch=False)
+        if self.index.start_gtid() is None and source.epoch == 0:
+            start = self.index.start_position()
+            gtids = binlog_gtid_pos(ctl, start) if start is not None and flavor.name == "mariadb" else None
+            if gtids is not None:
+                self.index.set_start_gtid(parse_state(gtids, flavor.name))
 
     def _pull(self) -> None:
         """Connect, check the upstream's settings, and follow the binlog from the index's end."""
         preflight(self.cfg)  # also after a restart: the upstream may come back with other settings
         ctl = self.cfg.connect()
         try:
+            flavor = detect_flavor(ctl)
             if self.index.is_empty():
-                self._bootstrap(ctl)
+                self._bootstrap(ctl, flavor)
+            self._know_source(ctl, self.cfg, flavor)
         finally:
             ctl.close()
         last = self.index.last_txn()
@@ -380,19 +523,7 @@ class Puller:
         self._last_ts = self.index.resolved_ts()
         self.store = SchemaStore.from_index(self.index, self._last_ts)
         self._flushed_position = position
-        self._stream = BinLogStreamReader(
-            connection_settings={**self.cfg.connection_settings(), "read_timeout": READ_TIMEOUT_SECONDS},
-            server_id=self.server_id,
-            log_file=position.file,
-            log_pos=position.pos,
-            resume_stream=True,
-            blocking=True,
-            slave_heartbeat=self.heartbeat_seconds,
-            only_events=PULLER_EVENTS,
-            filter_non_implemented_events=False,
-            is_mariadb=False,
-            enable_logging=False,
-        )
+        self._stream = binlog_stream(self.cfg, self.server_id, self.heartbeat_seconds, position)
         try:
             self._loop(self._stream)
         finally:
@@ -403,7 +534,7 @@ class Puller:
         pending_ddls: list[DDLEvent] = []
         pending_versions: list[TableVersion] = []
         pending_databases: list[tuple[str, int, Optional[str]]] = []
-        open_txn: Optional[_OpenTxn] = None
+        cutter = TxnCutter(self.piece_bytes)
         last_flush = time.monotonic()
 
         def flush() -> None:
@@ -426,59 +557,15 @@ class Puller:
             if event is None:
                 continue
             self._connected()
-            if isinstance(event, (MariadbGtidEvent, GtidEvent)):
-                if open_txn is not None:
-                    raise ErrBinlogUnsupportedEvent(
-                        f"transaction {open_txn.gtid} at {open_txn.start} has no commit event before the next GTID"
-                    )
-                gtid = event.gtid if isinstance(event, MariadbGtidEvent) else str(event.gtid).lower()
-                open_txn = _OpenTxn(gtid, event_start(stream, event),
-                                    skip_replication=bool(event.packet.flags & _SKIP_REPLICATION_F))
-                if isinstance(event, MariadbGtidEvent) and not event.flags & _FL_STANDALONE:
-                    open_txn.in_begin = open_txn.opened_by_gtid = True
-            elif isinstance(event, XidEvent):
-                if open_txn is not None:
-                    pending_txns.append(self._close(open_txn, stream, event, False))
-                    open_txn = None
-            elif isinstance(event, QueryEvent) and open_txn is not None:
-                kind = classify(event.query)
-                if kind == "begin":
-                    open_txn.in_begin = True
-                elif kind in ("commit", "rollback") and open_txn.in_begin:
-                    pending_txns.append(self._close(open_txn, stream, event, False))
-                    open_txn = None
-                elif kind == "xa":
-                    raise ErrBinlogUnsupportedEvent(
-                        f"XA transaction at {open_txn.start} is not supported yet; avoid XA on replicated tables"
-                    )
-                elif kind == "statement" and (not open_txn.in_begin
-                                              or open_txn.opened_by_gtid and is_ddl(event.query)):
-                    # A DDL is a transaction of its own. In a group the GTID event opened, it is
-                    # CREATE TABLE ... SELECT's: the rows and the group's XID/COMMIT follow it, and
-                    # become the next transaction (a later commit-ts, after the DDL's barrier).
-                    schema = event.schema.decode("utf-8") if isinstance(event.schema, bytes) else (event.schema or "")
-                    ddl = is_ddl(event.query)
-                    record = self._close(open_txn, stream, event, ddl)
-                    open_txn = (_OpenTxn(record.gtid, record.end, in_begin=True, opened_by_gtid=True,
-                                         skip_replication=open_txn.skip_replication, continues_group=True)
-                                if open_txn.opened_by_gtid else None)
-                    pending_txns.append(record)
-                    if ddl:
-                        outcome = self.store.apply(event.query, schema, record.commit_ts, str(open_position(record)))
-                        self._record(outcome, record.commit_ts, pending_ddls, pending_versions, pending_databases)
-            elif isinstance(event, TableMapEvent):
-                if open_txn is not None:
-                    open_txn.see_table_map(event.table_id, event_start(stream, event).pos)
-            elif isinstance(event, _ROWS_EVENTS):
-                if open_txn is not None:
-                    open_txn.see_rows(event.table_id, event.flags, event_start(stream, event), self.piece_bytes)
-            elif isinstance(event, XAPrepareEvent):
-                raise ErrBinlogUnsupportedEvent(f"XA PREPARE at {event_start(stream, event)} is not supported yet; "
-                                                "avoid XA on replicated tables")
-            elif isinstance(event, NotImplementedEvent):
-                raise unsupported_event(event, event_start(stream, event))
+            cut = cutter.feed(stream, event)
+            if cut is not None:
+                record = self._close(cut)
+                pending_txns.append(record)
+                if cut.is_ddl:
+                    outcome = self.store.apply(cut.query, cut.schema, record.commit_ts, str(open_position(record)))
+                    record_outcome(outcome, record.commit_ts, pending_ddls, pending_versions, pending_databases)
 
-            if open_txn is not None:
+            if not cutter.between_transactions:
                 continue
             if isinstance(event, HeartbeatLogEvent):
                 # Caught up and between transactions: an idle upstream still makes progress.
@@ -490,29 +577,28 @@ class Puller:
             ):
                 flush()
 
-        if open_txn is None and pending_txns:
+        if cutter.between_transactions and pending_txns:
             self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases)
 
-    def _close(self, txn: _OpenTxn, stream: BinLogStreamReader, event, is_ddl: bool) -> TxnRecord:
-        end = BinlogPosition(stream.log_file, event.packet.log_pos)
-        commit_ts = tso.next_after(self._last_ts, event.timestamp)
+    def _close(self, cut: CutTxn) -> TxnRecord:
+        commit_ts = tso.next_after(self._last_ts, cut.timestamp)
         self._last_ts = commit_ts
-        return TxnRecord(commit_ts, txn.gtid, txn.start, end, end.pos - txn.start.pos, is_ddl, tuple(txn.pieces),
-                         txn.foreign_key_checks, txn.skip_replication, txn.continues_group)
-
-    @staticmethod
-    def _record(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:
-        """Queue a DDL's event and the table and database versions it created."""
-        ddls.append(outcome.event)
-        for (schema, table), definition in outcome.tables.items():
-            info = definition.info(commit_ts) if definition is not None else None
-            versions.append(
-                TableVersion(schema, table, commit_ts, info, definition.to_json() if definition is not None else None)
-            )
-        for name, charset in outcome.databases.items():
-            databases.append((name, commit_ts, charset))
+        return TxnRecord(commit_ts, cut.gtid, cut.start, cut.end, cut.end.pos - cut.start.pos, cut.is_ddl, cut.pieces,
+                         cut.foreign_key_checks, cut.skip_replication, cut.continues_group)
 
 
 def open_position(record: TxnRecord) -> BinlogPosition:
     """Where a DDL's transaction begins in the binlog (reported with DDLs the store cannot follow)."""
     return record.start
+
+
+def record_outcome(outcome: DDLOutcome, commit_ts: int, ddls: list, versions: list, databases: list) -> None:
+    """Queue a DDL's event and the table and database versions it created."""
+    ddls.append(outcome.event)
+    for (schema, table), definition in outcome.tables.items():
+        info = definition.info(commit_ts) if definition is not None else None
+        versions.append(
+            TableVersion(schema, table, commit_ts, info, definition.to_json() if definition is not None else None)
+        )
+    for name, charset in outcome.databases.items():
+        databases.append((name, commit_ts, charset))

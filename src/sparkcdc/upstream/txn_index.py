@@ -3,21 +3,33 @@
 One SQLite file in WAL mode: the puller (one writer thread) appends, the Spark source in another
 process reads. Connections are opened per call, so nothing is shared across threads or processes.
 Every append is one SQLite transaction that also stores the new resolved-ts, so a reader never sees
-a resolved-ts covering a transaction that is not there.
+a resolved-ts covering a transaction that is not there. Transactions past resolved-ts may be
+persisted (the puller holds resolved-ts until a failover candidate has them, upstream/puller.py):
+nothing reads them before resolved-ts passes them, and a failover may drop them.
+
+A transaction's GTID is its identity; its FILE:POS range is a cache of where it lies in one
+server's binlog (docs/architecture.md "Positions"). `sources` lists the servers the index has
+followed, one epoch each (the highest is the current upstream); each transaction's positions
+belong to the server of its `epoch`. A failover (upstream/switchover.py) re-maps the
+transactions changefeeds still need onto the new server, and `backfill` extends the index
+backwards from a position still on the server (upstream/backfill.py). `breaks` marks a
+transaction that a binlog range may not reach from the one before it (its positions are not the
+continuation of the previous transaction's: another epoch, or another order on that server).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
 import sqlite3
+import time
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional, Sequence
 
-from sparkcdc.errors import ErrStartTsInvalid
+from sparkcdc.errors import ErrBinlogPositionInvalid, ErrStartTsInvalid
 from sparkcdc.model import tso
 from sparkcdc.model.events import FK_CHECKS_ON, DDLEvent, TableInfo
+from sparkcdc.model.gtid import GtidState, MariaDBGtid, MariaDBPosition, parse_start, parse_state, state_flavor
 from sparkcdc.model.position import BinlogPosition
 
 _SCHEMA = """
@@ -42,6 +54,9 @@ CREATE TABLE IF NOT EXISTS database_versions (
     schema_name TEXT NOT NULL, version INTEGER NOT NULL,
     charset TEXT,  -- NULL: dropped at `version`
     PRIMARY KEY (schema_name, version));
+CREATE TABLE IF NOT EXISTS sources (
+    epoch INTEGER PRIMARY KEY, host TEXT NOT NULL, port INTEGER NOT NULL,
+    server_id INTEGER NOT NULL, server_uuid TEXT, flavor TEXT NOT NULL, since_ts INTEGER NOT NULL);
 """
 
 # Columns added after the first release; ALTERed into older index files on open.
@@ -52,18 +67,22 @@ _ADDED_COLUMNS = {
     # NULL when every ROWS event ran with MariaDB's foreign_key_checks, else "off" or "mixed";
     # skip_replication: 1 when written with MariaDB's @@skip_replication (a BDR sink's mark), else NULL
     # (so rows indexed before the column existed read as unmarked); continues_group: 1 for the rows
-    # of a CREATE TABLE ... SELECT (TxnRecord.continues_group), else NULL.
+    # of a CREATE TABLE ... SELECT (TxnRecord.continues_group), else NULL; epoch: the source whose
+    # binlog its positions are in (NULL = 0); breaks: 1 when a range may not run into it from the
+    # previous transaction (NULL = it may).
     "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT"), ("skip_replication", "INTEGER"),
-             ("continues_group", "INTEGER")],
+             ("continues_group", "INTEGER"), ("epoch", "INTEGER"), ("breaks", "INTEGER")],
 }
+
+# After a back-fill, the schema GC keeps its versions this long (seconds), so that the changefeed
+# that asked for it can be created before the GC counts it in.
+BACKFILL_PIN_SECONDS = 600.0
 
 # A transaction larger than this is cut into pieces of about this many binlog bytes, at ROWS
 # event borders, so a micro-batch can end inside it (pipeline/planning.py). It equals the source's
 # DEFAULT_MAX_BATCH_BYTES (a unit test checks): one piece is about one micro-batch.
 DEFAULT_PIECE_BYTES = 8 << 20
 
-_MARIADB_GTID = re.compile(r"^\d+-\d+-\d+$")
-_MYSQL_GTID = re.compile(r"^(?P<uuid>[0-9a-fA-F-]{36}):(?P<ranges>[\d:-]+)$")
 
 
 @dataclass(frozen=True)
@@ -94,6 +113,8 @@ class TxnRecord:
     # The rest of a GTID group after its DDL: CREATE TABLE ... SELECT's rows and the group's commit.
     # It starts right after the DDL's record, so it has no GTID event of its own, and shares the gtid.
     continues_group: bool = False
+    epoch: int = 0  # the source (server) whose binlog `start`, `end` and `pieces` are in
+    breaks: bool = False  # a binlog range may not run into it from the previous transaction
 
     @property
     def piece_count(self) -> int:
@@ -119,11 +140,44 @@ class TxnSize(NamedTuple):
     split: bool  # cut into pieces: its TxnRecord says where
     is_ddl: bool
     skip_replication: bool = False  # marked by a BDR sink (TxnRecord.skip_replication)
+    epoch: int = 0  # whose binlog its positions are in
+    breaks: bool = False  # a binlog range may not run into it from the previous transaction
 
 
 def _txn_size(row: tuple) -> TxnSize:
-    commit_ts, size, split, is_ddl, skip_replication = row
-    return TxnSize(commit_ts, size, bool(split), bool(is_ddl), bool(skip_replication))
+    commit_ts, size, split, is_ddl, skip_replication, epoch, breaks = row
+    return TxnSize(commit_ts, size, bool(split), bool(is_ddl), bool(skip_replication), epoch or 0, bool(breaks))
+
+
+@dataclass(frozen=True)
+class Source:
+    """A server whose binlog the index followed from `since_ts` on (transactions of its epoch)."""
+
+    epoch: int
+    host: str
+    port: int
+    server_id: int
+    server_uuid: Optional[str]  # MySQL's @@server_uuid; None on MariaDB
+    flavor: str  # mariadb | mysql
+    since_ts: int
+
+    @property
+    def address(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def same_server(self, server_id: int, server_uuid: Optional[str]) -> bool:
+        return self.server_id == server_id and (self.server_uuid or None) == (server_uuid or None)
+
+
+@dataclass(frozen=True)
+class Remapped:
+    """A transaction's positions on another server (a failover's re-map, upstream/switchover.py)."""
+
+    commit_ts: int
+    start: BinlogPosition
+    end: BinlogPosition
+    pieces: tuple[PieceStart, ...]
+    breaks: bool
 
 
 @dataclass(frozen=True)
@@ -189,13 +243,13 @@ class TxnIndex:
     @staticmethod
     def _record(row) -> TxnRecord:
         (commit_ts, gtid, sf, sp, ef, ep, size, is_ddl, pieces, foreign_key_checks, skip_replication,
-         continues_group) = row
+         continues_group, epoch, breaks) = row
         return TxnRecord(commit_ts, gtid, BinlogPosition(sf, sp), BinlogPosition(ef, ep), size, bool(is_ddl),
                          _parse_pieces(pieces), foreign_key_checks or FK_CHECKS_ON, bool(skip_replication),
-                         bool(continues_group))
+                         bool(continues_group), epoch or 0, bool(breaks))
 
     _TXN_COLUMNS = ("commit_ts, gtid, start_file, start_pos, end_file, end_pos, size, is_ddl, pieces, foreign_key_checks,"
-                    " skip_replication, continues_group")
+                    " skip_replication, continues_group, epoch, breaks")
 
     def txns_between(self, lo_exclusive: int, hi_inclusive: int, limit: Optional[int] = None) -> list[TxnRecord]:
         """The transactions with commit-ts in (lo_exclusive, hi_inclusive], the first `limit` of them."""
@@ -225,7 +279,7 @@ class TxnIndex:
         batch may hold tens of thousands of single-row ones)."""
         with self._connect() as conn:
             rows = conn.execute(
-                "SELECT commit_ts, size, pieces IS NOT NULL, is_ddl, skip_replication IS 1 FROM txns"
+                "SELECT commit_ts, size, pieces IS NOT NULL, is_ddl, skip_replication IS 1, epoch, breaks FROM txns"
                 " WHERE commit_ts > ? AND commit_ts <= ? ORDER BY commit_ts LIMIT ?",
                 (lo_exclusive, hi_inclusive, -1 if limit is None else limit),
             ).fetchall()
@@ -372,64 +426,225 @@ class TxnIndex:
         if text.isdigit():
             ts = int(text)
             if ts < first:
-                raise ErrStartTsInvalid(
+                raise StartBeforeIndex(
                     f"start-ts {ts} ({tso.format_time(ts)}) is before the first indexed ts {first} "
-                    f"({tso.format_time(first)}); choose a start-ts >= {first}"
-                )
+                    f"({tso.format_time(first)}); choose a start-ts >= {first}", ts=ts)
             return ts
-        if ":" in text and not _MYSQL_GTID.match(text):
-            return self._resolve_position(BinlogPosition.parse(text))
-        return self._resolve_gtid_set(text)
+        try:
+            position = BinlogPosition.parse(text)
+        except ErrBinlogPositionInvalid:
+            return self.ts_of_gtid_state(parse_start(text), text)
+        return self._resolve_position(position)
 
     def _resolve_position(self, position: BinlogPosition) -> int:
+        """A FILE:POS of the current source's binlog (older epochs' positions are another server's)."""
         with self._connect() as conn:
-            if self._meta(conn, "start_position") == str(position):
+            epoch = self._current_epoch(conn)
+            if epoch == 0 and self._meta(conn, "start_position") == str(position):
                 return int(self._meta(conn, "first_ts"))
             row = conn.execute(
-                "SELECT commit_ts FROM txns WHERE end_file=? AND end_pos=?", (position.file, position.pos)
-            ).fetchone()
+                "SELECT commit_ts FROM txns WHERE end_file=? AND end_pos=? AND coalesce(epoch, 0)=?",
+                (position.file, position.pos, epoch)).fetchone()
             if row:
                 return row[0]
             row = conn.execute(
-                "SELECT commit_ts FROM txns WHERE start_file=? AND start_pos=?", (position.file, position.pos)
-            ).fetchone()
+                "SELECT commit_ts FROM txns WHERE start_file=? AND start_pos=? AND coalesce(epoch, 0)=?",
+                (position.file, position.pos, epoch)).fetchone()
             if row:
                 return row[0] - 1
+            start = self._meta(conn, "start_position")
+            if epoch == 0 and start and position.key() < BinlogPosition.parse(start).key():
+                raise StartBeforeIndex(
+                    f"binlog position {position} is before the index's start {start}", position=position)
         raise ErrStartTsInvalid(
             f"binlog position {position} is not a transaction boundary known to the index "
             f"(it starts at {self.start_position()}); give the position after a commit, a GTID or a TSO"
         )
 
-    def _resolve_gtid_set(self, text: str) -> int:
-        wanted: list[str] = []
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if _MARIADB_GTID.match(part):
-                wanted.append(part)
-                continue
-            match = _MYSQL_GTID.match(part)
-            if not match:
-                raise ErrStartTsInvalid(
-                    f"start {text!r} is not a TSO, a GTID (MariaDB 0-1-25, MySQL uuid:1-25) or FILE:POS"
-                )
-            last = max(int(n) for n in re.split(r"[:-]", match["ranges"]) if n)
-            wanted.append(f"{match['uuid'].lower()}:{last}")
-        if not wanted:
+    def ts_of_gtid_state(self, state: GtidState, text: str = "") -> int:
+        """The commit-ts after which the upstream stands exactly at GTID state `state` (a
+        position or set: every transaction up to it is done): the newest commit-ts among the
+        GTIDs it names, or first_ts for those the index's start state ends with. A state
+        before the index's start raises StartBeforeIndex; one naming a GTID the index does not
+        have yet, ErrStartTsInvalid."""
+        named = state.named()
+        text = text or str(state)
+        if not named:
             raise ErrStartTsInvalid(f"start {text!r} names no GTID")
+        start = self.start_gtid()
         best = 0
         with self._connect() as conn:
-            for gtid in wanted:
+            first = int(self._meta(conn, "first_ts") or 0)
+            for gtid in named:
                 # After the GTID's whole group: a CREATE TABLE ... SELECT's group is two records.
                 row = conn.execute("SELECT MAX(commit_ts) FROM txns WHERE gtid=?", (gtid,)).fetchone()
-                if row[0] is None:
+                if row[0] is not None:
+                    best = max(best, row[0])
+                elif start is not None and gtid in start.named():
+                    best = max(best, first)  # the index starts right after it
+                elif start is not None and start.contains(gtid):
+                    raise StartBeforeIndex(f"GTID {gtid} of {text!r} is before the index's start (GTID state "
+                                           f"{start})", gtid_state=state)
+                else:
                     raise ErrStartTsInvalid(
-                        f"GTID {gtid} is not in the binlog index (it starts at ts {self._meta(conn, 'first_ts')}); "
-                        "it is older than the index or not executed yet; give a later GTID or a TSO"
-                    )
-                best = max(best, row[0])
+                        f"GTID {gtid} is not in the binlog index (it starts at ts {first}"
+                        + (f", GTID state {start}" if start is not None else "")
+                        + "); it is older than the index or not executed yet; give a later GTID or a TSO")
         return best
+
+    def start_gtid(self) -> Optional[GtidState]:
+        """The upstream's GTID state at the index's start (None for an index that does not know it)."""
+        with self._connect() as conn:
+            return self._state(conn, "start_gtid")
+
+    def gtid_executed(self) -> Optional[GtidState]:
+        """The GTID state after the index's last transaction (None when unknown)."""
+        with self._connect() as conn:
+            return self._state(conn, "gtid_executed")
+
+    def _state(self, conn: sqlite3.Connection, key: str) -> Optional[GtidState]:
+        text = self._meta(conn, key)
+        if text is None:
+            return None
+        return parse_state(text, self._flavor(conn))
+
+    def _flavor(self, conn: sqlite3.Connection) -> str:
+        row = conn.execute("SELECT flavor FROM sources ORDER BY epoch DESC LIMIT 1").fetchone()
+        if row:
+            return row[0]
+        row = conn.execute("SELECT gtid FROM txns WHERE gtid IS NOT NULL LIMIT 1").fetchone()
+        return state_flavor(row[0]) if row else "mariadb"
+
+    def gtid_state_at(self, ts: int) -> Optional[GtidState]:
+        """The GTID state after every transaction with commit-ts <= ts (and before the next):
+        where a changefeed with checkpoint `ts` stands on any server of the topology. None when
+        the index does not know its start state, or ts is before the index."""
+        with self._connect() as conn:
+            state = self._state(conn, "gtid_executed")
+            start = self._state(conn, "start_gtid")
+            first = int(self._meta(conn, "first_ts") or 0)
+            if state is None or start is None or ts < first:
+                return None
+            if isinstance(state, MariaDBPosition):
+                for domain in state.domains:
+                    row = conn.execute(
+                        "SELECT gtid FROM txns WHERE commit_ts <= ? AND gtid LIKE ? ORDER BY commit_ts DESC LIMIT 1",
+                        (ts, f"{domain}-%")).fetchone()
+                    assert isinstance(start, MariaDBPosition)
+                    state.set_domain(domain, MariaDBGtid.parse(row[0]) if row else start.last(domain))
+                return state
+            for (gtid,) in conn.execute("SELECT gtid FROM txns WHERE commit_ts > ? AND gtid IS NOT NULL", (ts,)):
+                state.discard(gtid)
+            return state
+
+    # ---- the servers followed ------------------------------------------------------------------
+
+    def _current_epoch(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT MAX(epoch) FROM sources").fetchone()
+        return row[0] if row and row[0] is not None else 0
+
+    def current_source(self) -> Optional[Source]:
+        """The server the index follows now (None for an index that has not recorded one yet)."""
+        with self._connect() as conn:
+            row = conn.execute(f"SELECT {_SOURCE_COLUMNS} FROM sources ORDER BY epoch DESC LIMIT 1").fetchone()
+        return Source(*row) if row else None
+
+    def source(self, epoch: int) -> Optional[Source]:
+        with self._connect() as conn:
+            row = conn.execute(f"SELECT {_SOURCE_COLUMNS} FROM sources WHERE epoch=?", (epoch,)).fetchone()
+        return Source(*row) if row else None
+
+    def record_source(self, host: str, port: int, server_id: int, server_uuid: Optional[str], flavor: str,
+                      new_epoch: bool) -> Source:
+        """Record the server the index follows from now on: a new epoch after a failover
+        (`new_epoch`), else epoch 0 (an index that had none recorded yet) or the current epoch
+        (the same server under another address)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            current = self._current_epoch(conn)
+            has_any = conn.execute("SELECT 1 FROM sources LIMIT 1").fetchone() is not None
+            epoch = current + 1 if new_epoch and has_any else current
+            since = int(self._meta(conn, "resolved_ts") or 0)
+            conn.execute("INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, coalesce("
+                         "(SELECT since_ts FROM sources WHERE epoch=?), ?))",
+                         (epoch, host, port, server_id, server_uuid, flavor, epoch, since))
+            row = conn.execute(f"SELECT {_SOURCE_COLUMNS} FROM sources WHERE epoch=?", (epoch,)).fetchone()
+            conn.execute("COMMIT")
+        return Source(*row)
+
+    def set_start_gtid(self, state: GtidState) -> None:
+        """The GTID state at the index's start, for an index made before it was kept: the
+        executed state is derived from it and the transactions since."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            if self._meta(conn, "start_gtid") is None:
+                executed = state.copy()
+                for (gtid,) in conn.execute("SELECT gtid FROM txns WHERE gtid IS NOT NULL ORDER BY commit_ts"):
+                    executed.add(gtid)
+                self._set_meta(conn, "start_gtid", str(state))
+                self._set_meta(conn, "gtid_executed", str(executed))
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _set_meta(conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+                     (key, value))
+
+    def _grow_gtid_executed(self, conn: sqlite3.Connection, txns: Sequence[TxnRecord]) -> None:
+        gtids = [t.gtid for t in txns if t.gtid]
+        text = self._meta(conn, "gtid_executed")
+        if not gtids or text is None:
+            return
+        state = parse_state(text, state_flavor(gtids[0]))
+        for gtid in gtids:
+            state.add(gtid)
+        self._set_meta(conn, "gtid_executed", str(state))
+
+    # ---- a failover: positions re-mapped onto the new server ----------------------------------
+
+    def txns_after(self, ts: int) -> list[TxnRecord]:
+        """Every persisted transaction after ts, resolved or not, in commit-ts order."""
+        with self._connect() as conn:
+            rows = conn.execute(f"SELECT {self._TXN_COLUMNS} FROM txns WHERE commit_ts > ? ORDER BY commit_ts",
+                                (ts,)).fetchall()
+        return [self._record(r) for r in rows]
+
+    def remap(self, epoch: int, moved: Sequence[Remapped]) -> None:
+        """Give transactions their positions in the binlog of source `epoch` (one SQLite
+        transaction: each row changes whole, so a planner sees old or new positions, never a mix)."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(
+                "UPDATE txns SET start_file=?, start_pos=?, end_file=?, end_pos=?, size=?, pieces=?, epoch=?, breaks=?"
+                " WHERE commit_ts=?",
+                [(m.start.file, m.start.pos, m.end.file, m.end.pos, _span(m.start, m.end), _format_pieces(m.pieces),
+                  epoch, 1 if m.breaks else None, m.commit_ts) for m in moved])
+            conn.execute("COMMIT")
+
+    def drop_unresolved(self, commit_ts: Sequence[int]) -> None:
+        """Forget transactions past resolved-ts that the new primary of a failover does not have:
+        no changefeed ever read them (and their DDLs' schema versions with them)."""
+        if not commit_ts:
+            return
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            resolved = int(self._meta(conn, "resolved_ts") or 0)
+            if min(commit_ts) <= resolved:
+                conn.execute("ROLLBACK")
+                raise ValueError(f"transactions at or below resolved-ts {resolved} may have been replicated")
+            lowest = min(commit_ts)
+            conn.executemany("DELETE FROM txns WHERE commit_ts=?", [(ts,) for ts in commit_ts])
+            for table in ("ddls",):
+                conn.execute(f"DELETE FROM {table} WHERE commit_ts >= ?", (lowest,))
+            conn.execute("DELETE FROM table_versions WHERE version >= ?", (lowest,))
+            conn.execute("DELETE FROM database_versions WHERE version >= ?", (lowest,))
+            start = self._state(conn, "start_gtid")
+            if start is not None:
+                executed = start
+                for (gtid,) in conn.execute("SELECT gtid FROM txns WHERE gtid IS NOT NULL ORDER BY commit_ts"):
+                    executed.add(gtid)
+                self._set_meta(conn, "gtid_executed", str(executed))
+            conn.execute("COMMIT")
 
     # ---- writes (the puller) -----------------------------------------------------------------
 
@@ -441,8 +656,10 @@ class TxnIndex:
         definitions: Sequence[Optional[str]] = (),
         databases: Optional[dict[str, str]] = None,
         server_charset: Optional[str] = None,
+        gtid_state: Optional[GtidState] = None,
     ) -> None:
-        """Start an empty index at `start`/`ts` with the tables (and their store definitions) as they are now."""
+        """Start an empty index at `start`/`ts` with the tables (and their store definitions) as they are now,
+        and the upstream's GTID state at `start`."""
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
             if self._meta(conn, "first_ts") is not None:
@@ -451,7 +668,9 @@ class TxnIndex:
             conn.executemany(
                 "INSERT INTO meta (key, value) VALUES (?, ?)",
                 [("first_ts", str(ts)), ("resolved_ts", str(ts)), ("start_position", str(start))]
-                + ([("server_charset", server_charset)] if server_charset else []),
+                + ([("server_charset", server_charset)] if server_charset else [])
+                + ([("start_gtid", str(gtid_state)), ("gtid_executed", str(gtid_state))] if gtid_state is not None
+                   else []),
             )
             definitions = list(definitions) or [None] * len(tables)
             self._insert_versions(
@@ -478,33 +697,11 @@ class TxnIndex:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl),
-                         _format_pieces(t.pieces),
-                         None if t.foreign_key_checks == FK_CHECKS_ON else t.foreign_key_checks,
-                         1 if t.skip_replication else None, 1 if t.continues_group else None)
-                        for t in txns
-                    ],
+                    f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES ({_TXN_PLACEHOLDERS})",
+                    [_txn_row(t) for t in txns],
                 )
-                conn.executemany(
-                    "INSERT INTO ddls (commit_ts, schema_name, table_name, query, ddl_type, default_schema, "
-                    "table_info, pre_table_info, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [
-                        (
-                            d.commit_ts,
-                            d.schema,
-                            d.table,
-                            d.query,
-                            d.ddl_type,
-                            d.extra.get("default_schema", ""),
-                            d.table_info.to_json() if d.table_info else None,
-                            d.pre_table_info.to_json() if d.pre_table_info else None,
-                            json.dumps({k: v for k, v in d.extra.items() if k != "default_schema"}) or None,
-                        )
-                        for d in ddls
-                    ],
-                )
+                self._grow_gtid_executed(conn, txns)
+                self._insert_ddls(conn, ddls)
                 self._insert_versions(conn, versions)
                 conn.executemany("INSERT OR REPLACE INTO database_versions VALUES (?, ?, ?)", list(databases))
                 conn.execute(
@@ -518,6 +715,72 @@ class TxnIndex:
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+
+    def backfill(
+        self,
+        txns: Sequence[TxnRecord],
+        ddls: Sequence[DDLEvent],
+        versions: Sequence[TableVersion],
+        databases: Sequence[tuple[str, int, Optional[str]]],
+        first_ts: int,
+        start: BinlogPosition,
+        gtid_state: Optional[GtidState],
+        expected_first_ts: int,
+        now: float,
+    ) -> None:
+        """Extend the index backwards (upstream/backfill.py): transactions, DDLs and versions
+        below its first ts, which becomes `first_ts` at binlog position `start` (GTID state
+        `gtid_state`, None when unknown), atomically. Fails when the index's start moved since
+        the back-fill read it (`expected_first_ts`), e.g. another back-fill ran meanwhile. The
+        schema GC stays at or below `first_ts` for BACKFILL_PIN_SECONDS after `now`."""
+        with self._connect() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if int(self._meta(conn, "first_ts") or 0) != expected_first_ts:
+                    raise ErrStartTsInvalid("the transaction index's start moved during the back-fill; retry")
+                if txns and txns[-1].commit_ts >= expected_first_ts:
+                    raise ValueError("back-filled transactions must be below the index's first ts")
+                conn.executemany(f"INSERT INTO txns ({self._TXN_COLUMNS}) VALUES ({_TXN_PLACEHOLDERS})",
+                                 [_txn_row(t) for t in txns])
+                self._insert_ddls(conn, ddls)
+                self._insert_versions(conn, versions)
+                conn.executemany("INSERT OR REPLACE INTO database_versions VALUES (?, ?, ?)", list(databases))
+                self._set_meta(conn, "first_ts", str(first_ts))
+                self._set_meta(conn, "start_position", str(start))
+                if gtid_state is None:
+                    conn.execute("DELETE FROM meta WHERE key IN ('start_gtid', 'gtid_executed')")
+                else:
+                    self._set_meta(conn, "start_gtid", str(gtid_state))
+                # Versions below the old start are new: starts from first_ts on are valid again (the
+                # back-fill refuses when GC removed versions after the old start it would need).
+                conn.execute("UPDATE meta SET value=? WHERE key='schema_gc_ts' AND CAST(value AS INTEGER) > ?",
+                             (str(first_ts), first_ts))
+                self._set_meta(conn, "backfill_pin", json.dumps([first_ts, now + BACKFILL_PIN_SECONDS]))
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _insert_ddls(conn: sqlite3.Connection, ddls: Sequence[DDLEvent]) -> None:
+        conn.executemany(
+            "INSERT INTO ddls (commit_ts, schema_name, table_name, query, ddl_type, default_schema, "
+            "table_info, pre_table_info, extra) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    d.commit_ts,
+                    d.schema,
+                    d.table,
+                    d.query,
+                    d.ddl_type,
+                    d.extra.get("default_schema", ""),
+                    d.table_info.to_json() if d.table_info else None,
+                    d.pre_table_info.to_json() if d.pre_table_info else None,
+                    json.dumps({k: v for k, v in d.extra.items() if k != "default_schema"}) or None,
+                )
+                for d in ddls
+            ],
+        )
 
     @staticmethod
     def _insert_versions(conn: sqlite3.Connection, versions: Sequence[TableVersion]) -> None:
@@ -553,11 +816,18 @@ class TxnIndex:
             ).fetchall()
         return server_charset, databases, [(TableInfo.from_json(info), definition) for info, definition in rows]
 
-    def gc_schema_versions(self, safe_ts: int) -> int:
+    def gc_schema_versions(self, safe_ts: int, now: Optional[float] = None) -> int:
         """Drop table versions nobody can read any more: those superseded at or before `safe_ts`
-        (the minimum checkpoint), and tombstones at or before it. Returns how many rows went."""
+        (the minimum checkpoint), and tombstones at or before it; never below a back-fill's
+        start in the BACKFILL_PIN_SECONDS after it (`now`: wall-clock seconds). Returns how many
+        rows went."""
         with self._connect() as conn:
             conn.execute("BEGIN IMMEDIATE")
+            pin = self._meta(conn, "backfill_pin")
+            if pin is not None:
+                pinned_ts, until = json.loads(pin)
+                if (now if now is not None else time.time()) < until:
+                    safe_ts = min(safe_ts, pinned_ts)
             before = conn.total_changes
             conn.execute(
                 "DELETE FROM table_versions WHERE version < ("
@@ -581,6 +851,35 @@ class TxnIndex:
             )
             conn.execute("COMMIT")
         return removed
+
+
+_SOURCE_COLUMNS = "epoch, host, port, server_id, server_uuid, flavor, since_ts"
+
+
+class StartBeforeIndex(ErrStartTsInvalid):
+    """A start point older than the index: `ts`, `position` or `gtid_state` says which. The
+    capture back-fills the index from there when the upstream still has it (upstream/backfill.py);
+    anyone else sees ErrStartTsInvalid with the message."""
+
+    def __init__(self, message: str, ts: Optional[int] = None, position: Optional[BinlogPosition] = None,
+                 gtid_state: Optional[GtidState] = None):
+        super().__init__(message)
+        self.ts, self.position, self.gtid_state = ts, position, gtid_state
+
+
+def _span(start: BinlogPosition, end: BinlogPosition) -> int:
+    """Bytes of binlog from start to end (a transaction never spans files)."""
+    return end.pos - start.pos if start.file == end.file else end.pos
+
+
+_TXN_PLACEHOLDERS = ", ".join("?" * 14)
+
+
+def _txn_row(t: TxnRecord) -> tuple:
+    return (t.commit_ts, t.gtid, t.start.file, t.start.pos, t.end.file, t.end.pos, t.size, int(t.is_ddl),
+            _format_pieces(t.pieces), None if t.foreign_key_checks == FK_CHECKS_ON else t.foreign_key_checks,
+            1 if t.skip_replication else None, 1 if t.continues_group else None, t.epoch or None,
+            1 if t.breaks else None)
 
 
 def _format_pieces(pieces: Sequence[PieceStart]) -> Optional[str]:
