@@ -236,14 +236,16 @@ class Backfill:
 
     @staticmethod
     def _commit_ts(cuts: list[CutTxn], first_ts: int) -> list[TxnRecord]:
-        """Commit-ts from each transaction's event time, strictly increasing and below first_ts."""
-        ceiling = tso.compose(max(0, tso.physical_ms(first_ts) - _BELOW_FIRST_MS))
+        """Commit-ts from each transaction's event time, strictly increasing with a free commit-ts
+        after each (as the puller's), and below first_ts."""
+        ceiling_seconds = max(0, tso.physical_ms(first_ts) - _BELOW_FIRST_MS) // 1000
         records, previous = [], 0
         for cut in cuts:
-            previous = max(previous + 1, min(tso.compose(cut.timestamp * 1000), ceiling))
+            # As the puller's (tso.next_after): a free commit-ts after each transaction.
+            previous = tso.next_after(previous, min(cut.timestamp, ceiling_seconds))
             records.append(TxnRecord(previous, cut.gtid, cut.start, cut.end, cut.end.pos - cut.start.pos, cut.is_ddl,
                                      cut.pieces))
-        if previous >= first_ts:
+        if previous + 1 >= first_ts:
             raise ErrStartTsInvalid(f"{len(cuts)} transactions do not fit below the index's first commit-ts {first_ts}")
         return records
 
