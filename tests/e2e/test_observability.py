@@ -156,6 +156,9 @@ def test_metrics_follow_a_changefeed(observed):
         value(before, "ticdc_sink_batch_row_count_count", "obs-files")  # batches
     for phase in ("plan", "decode", "write"):
         assert value(after, "sparkcdc_batch_duration_seconds_count", "obs-files", phase=phase) >= 1
+    # Spark's own phases of the query's last trigger.
+    assert value(after, "sparkcdc_spark_trigger_seconds", "obs-files", phase="triggerExecution") > 0
+    assert value(after, "sparkcdc_spark_trigger_seconds", "obs-files", phase="latestOffset") is not None
     assert value(after, "sparkcdc_sink_flush_duration_seconds_count", "obs-files", type="storage") >= 1
     # The capture: owner, the puller read the binlog, its index has a size, the process its memory.
     assert after[("sparkcdc_capture_is_owner", ())] == 1

@@ -20,7 +20,7 @@ from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus as Stored
 from sparkcdc.observability.history import Sample, StatusHistory
 from sparkcdc.observability.log_context import changefeed_context
 from sparkcdc.observability.metrics import (
-    BatchStats, CaptureStatus, ChangefeedStatus, Metrics, PullerStatus, SnapshotStatus,
+    BatchStats, CaptureStatus, ChangefeedStatus, Metrics, PullerStatus, SnapshotStatus, TriggerStatus,
 )
 from sparkcdc.observability.progress import Progress
 from sparkcdc.server.metastore import MetaStore
@@ -66,7 +66,8 @@ def owner_status(**overrides) -> CaptureStatus:
                   changefeeds=(ChangefeedStatus("default", "cf", "normal", ts_at(NOW - 30), ts_at(NOW - 1),
                                                 SnapshotStatus(1, 4, 3, 8, 30_000)),
                                ChangefeedStatus("ns2", "broken", "failed", ts_at(NOW - 900), ts_at(NOW - 900))),
-                  puller=PullerStatus("running", 4096, 12, ts_at(NOW - 0.5)), index_bytes=8192)
+                  puller=PullerStatus("running", 4096, 12, ts_at(NOW - 0.5)), index_bytes=8192,
+                  triggers=(TriggerStatus("default", "cf", (("addBatch", 0.2), ("triggerExecution", 0.3))),))
     values.update(overrides)
     return CaptureStatus(**values)
 
@@ -338,6 +339,9 @@ class FakeCapture:
     def puller_totals(self):
         return 3, 300
 
+    def last_triggers(self):
+        return {("default", "cf"): {"addBatch": 0.25, "latestOffset": 0.01, "triggerExecution": 0.3}}
+
     def puller_health(self):
         return PullerHealth("running", "mysql://root@127.0.0.1/", NOW)
 
@@ -386,6 +390,8 @@ def test_observer_reads_the_store_and_serves_the_status_page_data(tmp_path):
     assert overview["captures"] == [{"id": "cap-1", "address": "127.0.0.1:8300", "is_owner": True}]
     found = samples_of(metrics)
     assert sample(found, "ticdc_owner_status", namespace="default", changefeed="bad") == 2
+    assert sample(found, "sparkcdc_spark_trigger_seconds", namespace="default", changefeed="cf",
+                  phase="addBatch") == 0.25
     # A removed changefeed's series go at the next sample.
     metrics.changefeed("default", "gone", "kafka").record_batch(batch(1))
     observer.sample()

@@ -114,6 +114,15 @@ class PullerStatus:
 
 
 @dataclass(frozen=True)
+class TriggerStatus:
+    """Spark's own phases of a changefeed's last trigger on this capture (StreamingQueryProgress)."""
+
+    namespace: str
+    id: str
+    phases: tuple[tuple[str, float], ...]  # (Spark's phase name, seconds)
+
+
+@dataclass(frozen=True)
 class CaptureStatus:
     """What a capture knows about itself and, when it is the owner, about every changefeed."""
 
@@ -124,6 +133,7 @@ class CaptureStatus:
     changefeeds: tuple[ChangefeedStatus, ...]  # every changefeed (empty unless is_owner)
     puller: Optional[PullerStatus]
     index_bytes: int  # the transaction index's files
+    triggers: tuple[TriggerStatus, ...] = ()  # the changefeeds this capture runs
 
 
 class CaptureStatusSource(Protocol):
@@ -367,6 +377,14 @@ class _CaptureCollector:
                      status.index_bytes)
         if status.puller is not None:
             yield from _puller_families(status.puller, now_ms)
+        triggers = GaugeMetricFamily(
+            "sparkcdc_spark_trigger_seconds", "Seconds per phase of a changefeed query's last trigger, as Spark "
+            "reports them (latestOffset, queryPlanning, getBatch, addBatch, walCommit, commitOffsets, "
+            "triggerExecution)", labels=(*CHANGEFEED_LABELS, "phase"))
+        for trigger in status.triggers:
+            for phase, seconds in trigger.phases:
+                triggers.add_metric([trigger.namespace, trigger.id, phase], seconds)
+        yield triggers
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

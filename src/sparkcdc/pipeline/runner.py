@@ -209,6 +209,26 @@ class ChangefeedRunner:
         with self._lock:
             return list(dict.fromkeys([*self._running, *self._backing_off]))
 
+    def last_triggers(self) -> dict[tuple[str, str], dict[str, float]]:
+        """Seconds per phase of each running query's last trigger, as Spark reports it
+        (StreamingQueryProgress.durationMs: latestOffset, queryPlanning, getBatch, addBatch,
+        walCommit, commitOffsets, triggerExecution). Nothing over Spark Connect, where the capture
+        drives the batches itself (its phases are in the batch metrics)."""
+        if is_connect_session(self._spark):
+            return {}
+        with self._lock:
+            queries = {key: running.query for key, running in self._running.items()}
+        triggers = {}
+        for key, query in queries.items():
+            try:
+                progress = query.lastProgress
+            except Exception:  # the query stopped meanwhile
+                continue
+            if progress:
+                triggers[key] = {phase: milliseconds / 1000
+                                 for phase, milliseconds in (progress.get("durationMs") or {}).items()}
+        return triggers
+
     def start_or_retry_later(self, info: ChangefeedInfo) -> None:
         """Start the changefeed; a start that fails (the upstream is down, a sink unreachable) is
         handled like a failure of its query, in the background: `warning` and another start when

@@ -243,6 +243,10 @@ class Capture:
         puller = self._puller
         return (puller.indexed_transactions, puller.indexed_binlog_bytes) if puller is not None else (0, 0)
 
+    def last_triggers(self) -> dict[tuple[str, str], dict[str, float]]:
+        """Spark's phases of the last trigger of each changefeed this capture runs (seconds)."""
+        return self._runner.last_triggers() if self._runner is not None else {}
+
     def running_changefeeds(self) -> list[tuple[str, str]]:
         """(namespace, id) of the changefeeds this capture runs (or restarts after a failure)."""
         return self._runner.running() if self._runner is not None else []

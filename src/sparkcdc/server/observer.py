@@ -31,6 +31,7 @@ from sparkcdc.observability.metrics import (
     Metrics,
     PullerStatus,
     SnapshotStatus,
+    TriggerStatus,
 )
 
 if TYPE_CHECKING:
@@ -126,6 +127,8 @@ class CaptureObserver:
             puller=PullerStatus(health.state, binlog_bytes, transactions, capture.puller_resolved_ts()),
             index_bytes=sum(os.path.getsize(capture.index_path + suffix) for suffix in INDEX_SUFFIXES
                             if os.path.exists(capture.index_path + suffix)),
+            triggers=tuple(TriggerStatus(namespace, changefeed_id, tuple(sorted(phases.items())))
+                           for (namespace, changefeed_id), phases in sorted(capture.last_triggers().items())),
         )
 
     def metrics_exposition(self) -> bytes:
