@@ -7,7 +7,10 @@ the batch's last transaction) runs as a barrier; with a redo log (sparkcdc.redo)
 DDL of the batch is durable in it before the sink gets any of them. After the DDL the
 checkpoint-ts (the batch end) is persisted, first in the sink (`metadata`) and then in the
 metadata store. A crash anywhere before that replays the batch from the previous checkpoint:
-duplicates, never gaps.
+duplicates, never gaps. With an initial snapshot (pipeline/snapshot.py) the batch first waits for
+chunk reads that began below its end, takes in the read chunks whose place is inside it (at their
+free commit-ts, so they sort among the transactions like one more), and marks them done after the
+flush, before the checkpoint.
 
 The sink is driven through its contract (sink/contract.py). Rows are grouped with Arrow compute
 (`tables_of`). A sink that takes Arrow columns (the storage sink, the Kafka sink with canal-json,

@@ -73,6 +73,8 @@ PENDING_WAVES = 2
 PROGRESS_LOG_SECONDS = 5.0
 # A wave that read nothing usable (its tables changed under it) is tried again after this.
 RETRY_SECONDS = 1.0
+# How long the first chunk reads wait for the stream's first batch.
+STREAM_START_WAIT_SECONDS = 60.0
 # How often the stage looks for snapshots asked for through the API.
 REQUEST_POLL_SECONDS = 2.0
 
@@ -163,6 +165,7 @@ class SnapshotStage:
         self._pending: list[PendingChunk] = []
         self._reading: Optional[_Wave] = None
         self._stop = threading.Event()
+        self._stream_running = threading.Event()  # the stream has written its first batch
         self._thread: Optional[threading.Thread] = None
         self.failure: Optional[BaseException] = None
         self._last_log = 0.0
@@ -266,6 +269,7 @@ class SnapshotStage:
 
     def stop(self) -> None:
         self._stop.set()
+        self._stream_running.set()
         with self._lock:
             self._lock.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -275,6 +279,10 @@ class SnapshotStage:
 
     def _run(self) -> None:
         try:
+            # The first reads wait for the stream's first batch: a query's start (its Python source
+            # process must connect back to Spark within 10 s) is the most fragile moment on a busy
+            # machine, and a wave of chunk reads beside it made it miss that.
+            self._stream_running.wait(STREAM_START_WAIT_SECONDS)
             while not self._stop.is_set():
                 self._take_requests()
                 wave = self._next_wave()
@@ -397,6 +405,7 @@ class SnapshotStage:
     def wait_for_reads(self, end: int) -> None:
         """Block while a wave that began below `end` still reads: a batch up to `end` may hold
         changes after its chunks' positions, so it must wait for those chunks."""
+        self._stream_running.set()
         with self._lock:
             while self._reading is not None and self._reading.since < end and not self._stop.is_set():
                 self._lock.wait(0.5)

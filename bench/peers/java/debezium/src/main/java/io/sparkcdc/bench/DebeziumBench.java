@@ -15,7 +15,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * (catch-up mode), every change record serialized to schemaless JSON and counted, until
  * `expected` row changes have arrived. No Kafka: file offset store and file schema history.
  *
- * Usage: DebeziumBench HOST PORT EXPECTED_ROWS WORK_DIR
+ * Usage: DebeziumBench HOST PORT EXPECTED_ROWS WORK_DIR [SNAPSHOT_MODE [TABLE]]
+ * SNAPSHOT_MODE (default never) is Debezium's snapshot.mode; with initial_only the records are the
+ * snapshot's reads of TABLE ("db.table"), taken without locks (snapshot.locking.mode=none).
  * Prints one line: rows=N seconds=S first_record_seconds=F bytes=B
  */
 public final class DebeziumBench {
@@ -38,7 +40,11 @@ public final class DebeziumBench {
         props.setProperty("database.server.id", "990777");
         props.setProperty("database.ssl.mode", "disable");
         props.setProperty("topic.prefix", "bench");
-        props.setProperty("snapshot.mode", "never");
+        props.setProperty("snapshot.mode", args.length > 4 ? args[4] : "never");
+        if (args.length > 5) {
+            props.setProperty("table.include.list", args[5]);
+            props.setProperty("snapshot.locking.mode", "none");
+        }
         props.setProperty("include.schema.changes", "false");
         props.setProperty("tombstones.on.delete", "false");
         props.setProperty("schema.history.internal", "io.debezium.storage.file.history.FileSchemaHistory");

@@ -13,7 +13,9 @@ import java.util.concurrent.atomic.AtomicLong;
  * Flink CDC's MySQL source (binlog only, from the earliest offset) on a local MiniCluster with
  * parallelism 1, every change as Debezium JSON, counted until `expected` row changes arrived.
  *
- * Usage: FlinkCdcBench HOST PORT EXPECTED_ROWS DATABASE TABLE
+ * Usage: FlinkCdcBench HOST PORT EXPECTED_ROWS DATABASE TABLE [STARTUP [PARALLELISM]]
+ * STARTUP earliest (default: the binlog from its start) or initial (scan.startup.mode=initial: the
+ * incremental snapshot of the table's rows in chunks, then the binlog) with PARALLELISM readers.
  * Prints one line: rows=N seconds=S first_record_seconds=F bytes=B
  */
 public final class FlinkCdcBench {
@@ -41,6 +43,8 @@ public final class FlinkCdcBench {
     public static void main(String[] args) throws Exception {
         start = System.nanoTime();
         expected = Long.parseLong(args[2]);
+        String startup = args.length > 5 ? args[5] : "earliest";
+        int parallelism = args.length > 6 ? Integer.parseInt(args[6]) : 1;
         MySqlSource<String> source = MySqlSource.<String>builder()
             .hostname(args[0])
             .port(Integer.parseInt(args[1]))
@@ -48,12 +52,12 @@ public final class FlinkCdcBench {
             .tableList(args[3] + "." + args[4])
             .username("root")
             .password("")
-            .serverId("990888")
-            .startupOptions(StartupOptions.earliest())
+            .serverId(parallelism > 1 ? "990888-" + (990888 + parallelism - 1) : "990888")
+            .startupOptions("initial".equals(startup) ? StartupOptions.initial() : StartupOptions.earliest())
             .deserializer(new JsonDebeziumDeserializationSchema())
             .build();
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
-        env.setParallelism(1);
+        env.setParallelism(parallelism);
         env.fromSource(source, WatermarkStrategy.noWatermarks(), "mysql-cdc").addSink(new CountingSink());
         env.execute("sparkcdc-bench-flink-cdc");
     }
