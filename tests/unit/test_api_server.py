@@ -117,6 +117,13 @@ def test_health_status_captures_tso(api):
     assert call(api, "POST", "/api/v2/tso")[1] == {"timestamp": 1_700_000_000_000, "logic_time": 5}
 
 
+def test_tso_is_the_pullers_resolved_ts_not_the_clock(api):
+    # A commit right after the query must get a commit-ts above the answer: the puller's
+    # resolved-ts promises that, the clock does not (binlog event times are whole seconds).
+    api.controller.resolved_ts = NOW - (400 << 18)
+    assert call(api, "POST", "/api/v2/tso")[1] == {"timestamp": 1_700_000_000_000 - 400, "logic_time": 5}
+
+
 def test_create_query_list_and_masking(api):
     status, info = create(api, replica_config={"sink": {"date_separator": "none"}})
     assert status == 200, info
@@ -480,3 +487,8 @@ def test_error_messages_never_carry_uri_passwords(api):
     assert "ss-w0rd" not in json.dumps(error)
     assert mask_text("'kafka://u:x@b:9092/t' file:///a http://h:80/x") == \
         "'kafka://u:xxxxx@b:9092/t' file:///a http://h:80/x"
+
+
+def test_verify_table_names_a_bad_sink_before_any_table(api):
+    status, body = call(api, "POST", "/api/v2/verify_table", {"sink_uri": "iceberg:///tmp/x?catalog=nessie"})
+    assert status == 400 and body["error_code"] == "SPARKCDC:ErrLakehouseCatalog"

@@ -32,6 +32,7 @@ from sparkcdc.model import tso
 from sparkcdc.model.changefeed import CHANGEFEED_STATES, ChangefeedInfo, ChangefeedStatus
 from sparkcdc.model.snapshot import snapshot_progress
 from sparkcdc.server.metastore import MetaStore
+from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier, client_ssl_context
 
 log = logging.getLogger(__name__)
@@ -351,14 +352,22 @@ class OpenAPI:
 
     def query_tso(self, request: _Request) -> _Response:
         _refuse_pd_fields(request.json(allowed=_PD_ONLY_FIELDS))
-        current = self.controller.current_tso()
+        # The puller's resolved-ts, not the clock: every transaction the upstream commits after
+        # this call gets a commit-ts above it. Binlog event times are whole seconds, so a commit
+        # just after the call can be stamped up to a second before the clock's TSO, and a
+        # changefeed started there would skip it.
+        current = self.controller.puller_resolved_ts() or self.controller.current_tso()
         return _ok({"timestamp": tso.physical_ms(current), "logic_time": tso.logical(current)})
 
     def verify_table(self, request: _Request) -> _Response:
         body = request.json(allowed=("replica_config", "start_ts", "sink_uri") + _PD_ONLY_FIELDS)
         _refuse_pd_fields(body)
-        _str_field(body, "sink_uri")  # TiCDC checks MQ dispatchers against it; here only its type matters
+        sink_uri = _str_field(body, "sink_uri")
         config = _replica_config(body.get("replica_config"))
+        if sink_uri:
+            # The CLI verifies the tables before it creates: a bad sink must be named then, not
+            # after the user has been asked about tables without a valid index.
+            parse_sink_spec(sink_uri, config)
         eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body, "start_ts"))
         return _ok({"ineligible_tables": table_names_json(ineligible),
                     "eligible_tables": table_names_json(eligible)})
