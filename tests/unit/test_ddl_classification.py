@@ -139,3 +139,29 @@ def test_partition_ddls_have_ticdcs_canal_event_types(ddl_type, event_type):
     from sparkcdc.sink.codec.canal_json import ddl_event_type
 
     assert ddl_event_type(ddl_type) == event_type  # canal_entry.go convertDdlEventType
+
+
+@pytest.mark.parametrize("query,effect", [
+    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", ("TRUNCATE PARTITION", ("p0", "p1"))),
+    ("ALTER TABLE t TRUNCATE PARTITION ALL", ("TRUNCATE PARTITION", ())),
+    ("ALTER TABLE t DROP PARTITION IF EXISTS p1", ("DROP PARTITION", ("p1",))),
+    # MariaDB drops the rows whose value no new LIST partition lists, silently.
+    ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION p0 VALUES IN (1), PARTITION p5 VALUES IN (2))",
+     ("REORGANIZE PARTITION", ("p0",))),
+    ("ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p0 VALUES LESS THAN (20))", None),
+    ("ALTER TABLE t REORGANIZE PARTITION", None),
+    ("ALTER TABLE t ADD PARTITION PARTITIONS 2", None),
+    ("ALTER TABLE t COALESCE PARTITION 2", None),
+    ("ALTER TABLE t PARTITION BY HASH (a) PARTITIONS 3", None),
+    ("ALTER TABLE t REMOVE PARTITIONING", None),
+    ("ALTER TABLE t EXCHANGE PARTITION p WITH TABLE u", "ExchangePartition"),
+    ("ALTER TABLE t CONVERT PARTITION p TO TABLE u", "ConvertPartition"),
+])
+def test_partition_ddls_say_which_rows_they_move_or_remove_without_row_events(query, effect):
+    change = parse(query, "db").partition_rows
+    if isinstance(effect, tuple):
+        assert (change.statement, change.partitions) == effect
+    elif effect is None:
+        assert change is None
+    else:
+        assert type(change).__name__ == effect

@@ -3,6 +3,8 @@ DDL as schema evolution and bad input, each table read back with DuckDB (not the
 
 from __future__ import annotations
 
+import re
+
 import pyarrow as pa
 import pytest
 
@@ -367,3 +369,59 @@ def test_every_key_type_matches_its_rows(tmp_path, fmt, duck):
     for info, (key, values) in zip(infos, KEY_TYPES):
         assert read(sink, fmt, duck, TableName("db", info.table), info.columns) == {
             (values[0],): {"k": values[0], "v": "y"}, (values[3],): {"k": values[3], "v": "moved"}}, key.mysql_type
+
+
+# Partition DDLs: (statement, DDL type, whether rows move or go without row events).
+PARTITION_DDLS = [
+    ("ALTER TABLE t TRUNCATE PARTITION p0, p1", "truncate table partition", "deletes the rows of partition\\(s\\) p0, p1"),
+    ("ALTER TABLE t DROP PARTITION p1", "drop table partition", "drops partition\\(s\\) p1 with their rows"),
+    ("ALTER TABLE t REORGANIZE PARTITION p0 INTO (PARTITION p0 VALUES IN (1), PARTITION p5 VALUES IN (2))",
+     "reorganize table partition", "LIST partition\\(s\\) p0"),
+    ("ALTER TABLE t EXCHANGE PARTITION p0 WITH TABLE u", "exchange table partition",
+     "swaps the rows of partition p0 with those of table `db`.`u`"),
+    ("ALTER TABLE t CONVERT PARTITION p0 TO TABLE u", "drop table partition", "into the new table `db`.`u`"),
+    ("ALTER TABLE t CONVERT TABLE u TO PARTITION p9 VALUES LESS THAN (MAXVALUE)", "add table partition",
+     "rows of table `db`.`u` into a new partition"),
+    # These keep every row (MariaDB refuses them when a row would not fit): nothing to do.
+    ("ALTER TABLE t ADD PARTITION (PARTITION p9 VALUES LESS THAN (100))", "add table partition", None),
+    ("ALTER TABLE t REORGANIZE PARTITION p0, p1 INTO (PARTITION p0 VALUES LESS THAN (20))", "reorganize table partition",
+     None),
+    ("ALTER TABLE t REORGANIZE PARTITION", "reorganize table partition", None),
+    ("ALTER TABLE t COALESCE PARTITION 2", "reorganize table partition", None),
+    ("ALTER TABLE t PARTITION BY HASH (id) PARTITIONS 4", "alter table partitioning", None),
+    ("ALTER TABLE t REMOVE PARTITIONING", "remove table partitioning", None),
+]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_partition_ddls_that_move_or_remove_rows_stop_the_changefeed_after_the_rows_before_them(tmp_path, fmt, duck):
+    """The sink does not know which rows a partition holds: a lake table that kept the rows a
+    partition DDL removed upstream would differ from it silently. TRUNCATE PARTITION ALL empties it."""
+    sink = make(tmp_path, fmt)
+    sink.write_rows(INFO, [ins(10, 1), ins(10, 2)])
+    sink.write_rows(TableInfo("db", "u", 1, COLUMNS, 1, ("id",)), [ins(10, 7, info=TableInfo("db", "u", 1, COLUMNS, 1,
+                                                                                                ("id",)))])
+    sink.write_checkpoint(10)
+    ts = 20
+    for query, kind, effect in PARTITION_DDLS:
+        sink.write_rows(INFO, [ins(ts - 5, ts)])  # the batch's rows before the DDL
+        ddl = DDLEvent(ts, "db", "t", query, kind, INFO, INFO)
+        if effect is None:
+            sink.write_ddl(ddl)
+        else:
+            with pytest.raises(ErrLakehouseSchemaChange) as raised:
+                sink.write_ddl(ddl)
+            message = raised.value.message
+            assert re.search(effect, message), message
+            assert "db.t" in message and query in message
+            assert f"resume -c cf --overwrite-checkpoint-ts {ts + 1}" in message
+            assert ("--tables db.t,db.u" if "u " in query + " " else "--tables db.t") in message
+        assert sink._tables.watermark(TableName("db", "t")) == ts - 1, "the rows before the DDL are committed"
+        ts += 10
+    assert set(read(sink, fmt, duck)) == {("1",), ("2",)} | {(str(t),) for t in range(20, ts, 10)}
+    # A table the lake does not hold (not replicated here) has nothing to lose.
+    sink.write_ddl(DDLEvent(ts, "db", "other", "ALTER TABLE other DROP PARTITION p1", "drop table partition",
+                            INFO, INFO))
+    sink.write_ddl(DDLEvent(ts + 10, "db", "t", "ALTER TABLE t TRUNCATE PARTITION ALL", "truncate table partition",
+                            INFO, INFO))
+    assert read(sink, fmt, duck) == {}

@@ -246,11 +246,21 @@ class ConvertTable:
     definition: str
 
 
+@dataclass(frozen=True)
+class RemovePartitionRows:
+    """TRUNCATE PARTITION and DROP PARTITION, and REORGANIZE of LIST partitions, where MariaDB
+    drops the rows whose value no new partition lists (10.11, without an error or a warning):
+    rows leave the table without row events. `partitions`: those named, () for ALL."""
+
+    statement: str  # "TRUNCATE PARTITION", "DROP PARTITION" or "REORGANIZE PARTITION"
+    partitions: tuple[str, ...]
+
+
 # The partition DDLs that move rows between the altered table and another table, without row events.
 MovesRows = Union[ExchangePartition, ConvertPartition, ConvertTable]
 
 AlterOp = Union[AddColumn, DropColumn, ChangeColumn, RenameColumn, SetColumnDefault, AddIndex, DropIndex, RenameIndex,
-                RenameTo, SetOptions, ExchangePartition, ConvertPartition, ConvertTable]
+                RenameTo, SetOptions, ExchangePartition, ConvertPartition, ConvertTable, RemovePartitionRows]
 
 
 @dataclass(frozen=True)
@@ -283,6 +293,14 @@ class ParsedDDL:
         """The EXCHANGE / CONVERT PARTITION / CONVERT TABLE of this ALTER, if it is one."""
         return next((op for op in self.ops if isinstance(op, (ExchangePartition, ConvertPartition, ConvertTable))),
                     None)
+
+    @property
+    def partition_rows(self) -> Optional[Union["MovesRows", RemovePartitionRows]]:
+        """The partition change of this ALTER that moves or removes rows without row events, if any
+        (ADD, COALESCE, RANGE and HASH REORGANIZE, PARTITION BY and REMOVE PARTITIONING keep every
+        row: MariaDB refuses them when a row would not fit)."""
+        return next((op for op in self.ops if isinstance(
+            op, (ExchangePartition, ConvertPartition, ConvertTable, RemovePartitionRows))), None)
 
 
 # ---- column types -----------------------------------------------------------------------------
@@ -1160,8 +1178,7 @@ class _Parser:
                 return T.DROP_CHECK_CONSTRAINT, DropIndex(self.identifier(), if_exists, constraint=True)
             if self.accept("PARTITION"):
                 self.accept("IF", "EXISTS")
-                self.partition_names()
-                return T.DROP_PARTITION, None
+                return T.DROP_PARTITION, RemovePartitionRows("DROP PARTITION", self.partition_names())
             if self.accept("SYSTEM", "VERSIONING") or self.accept("PERIOD", "FOR"):
                 self.skip_expression()
                 return T.ALTER_TABLE, None
@@ -1294,8 +1311,7 @@ class _Parser:
         if self.accept("REMOVE", "PARTITIONING"):
             return T.REMOVE_PARTITIONING, None
         if self.accept("TRUNCATE", "PARTITION"):
-            self.partition_names()
-            return T.TRUNCATE_PARTITION, None
+            return T.TRUNCATE_PARTITION, RemovePartitionRows("TRUNCATE PARTITION", self.partition_names())
         if self.accept("EXCHANGE", "PARTITION"):
             partition = self.identifier()
             self.expect("WITH", "TABLE")
@@ -1309,9 +1325,13 @@ class _Parser:
         if self.accept("REORGANIZE", "PARTITION"):
             self.no_write_to_binlog()
             if not self.at_end() and self.peek().text != ",":
-                self.partition_names()
+                names = self.partition_names()
                 self.expect("INTO")
+                start = self.i
                 self.skip_parens()
+                words = [token.upper for token in self.tokens[start:self.i]]
+                if any(a == "VALUES" and b == "IN" for a, b in zip(words, words[1:])):  # LIST partitions
+                    return T.REORGANIZE_PARTITION, RemovePartitionRows("REORGANIZE PARTITION", names)
             return T.REORGANIZE_PARTITION, None
         if self.accept("COALESCE", "PARTITION"):
             self.no_write_to_binlog()
@@ -1359,15 +1379,16 @@ class _Parser:
     def no_write_to_binlog(self) -> None:
         self.accept("NO_WRITE_TO_BINLOG") or self.accept("LOCAL")
 
-    def partition_names(self) -> None:
-        """`ALL`, or partition names separated by commas (not followed by another spec)."""
+    def partition_names(self) -> tuple[str, ...]:
+        """`ALL` (returned as ()), or partition names separated by commas (not followed by another spec)."""
         if self.accept("ALL"):
-            return
-        self.identifier()
+            return ()
+        names = [self.identifier()]
         while self.peek() is not None and self.peek().text == "," and self.peek(1) is not None and \
                 self.peek(1).kind in ("id", "qid") and self.peek(1).upper not in _ALTER_SPEC_WORDS:
             self.i += 1
-            self.identifier()
+            names.append(self.identifier())
+        return tuple(names)
 
     def skip_partition_clause_in_alter(self) -> None:
         depth = 0

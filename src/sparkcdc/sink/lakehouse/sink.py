@@ -19,7 +19,10 @@ Crash semantics: each table's commit stands alone (tables are committed COMMIT_W
 time); a crash leaves some committed (their watermarks say so) and others not; the replay
 finishes the batch. Bad input
 is found before any commit of the batch: an existing table whose schema differs, a keyless
-table in upsert mode, a DDL the formats cannot express (ErrLakehouse*).
+table in upsert mode, a DDL the formats cannot express (ErrLakehouse*). A partition DDL that
+removes or moves rows without row events (TRUNCATE/DROP/EXCHANGE/CONVERT PARTITION, LIST
+REORGANIZE) stops the changefeed after the rows before it: the sink does not know which rows a
+partition holds, and must not keep rows the upstream lost (TRUNCATE PARTITION ALL empties the table).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ from sparkcdc.errors import (ErrLakehouseSchemaChange, ErrLakehouseTableIncompat
 from sparkcdc.model import tso
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.schema import ddl_types as T
+from sparkcdc.schema.parser import (ConvertPartition, ConvertTable, DDLParseError, ExchangePartition,
+                                    RemovePartitionRows, parse)
 from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.lakehouse.changes import (OLD_PREFIX, ChangeBuffer, MergePlan, changelog_schema, changelog_table,
                                               merge_plan, truncate_marker)
@@ -108,6 +113,8 @@ class LakeTables(Protocol):
 # The failpoint that kills the server between a batch's table commits and its checkpoint
 # (sparkcdc.failpoint, docs/failpoints.md).
 KILL_AFTER_LAKE_COMMIT = "kill-after-lake-commit"
+
+PartitionRows = Union[ExchangePartition, ConvertPartition, ConvertTable, RemovePartitionRows]
 
 
 def normalized(schema: pa.Schema) -> dict[str, pa.DataType]:
@@ -284,9 +291,15 @@ class LakehouseSink(Sink):
         if not ddl.table or kind in T.DATABASE_DDLS:
             return
         name = TableName(ddl.schema, ddl.table)
+        if kind in _PARTITION_DDLS and (change := _partition_rows(ddl)) is not None:
+            if isinstance(change, RemovePartitionRows) and change.statement == "TRUNCATE PARTITION" \
+                    and not change.partitions:
+                kind = T.TRUNCATE_TABLE  # TRUNCATE PARTITION ALL empties the table, as TRUNCATE TABLE
+            else:
+                self._refuse_partition_rows(name, ddl, change, commit)
         if kind == T.CREATE_TABLE and ddl.table_info is not None:
             self._create(name, ddl, commit)
-        elif self._options.schema_mode == "strict" and self._changes_table(ddl):
+        elif self._options.schema_mode == "strict" and self._changes_table(ddl, kind):
             raise ErrLakehouseSchemaChange(
                 f"table {name}: the DDL {ddl.query!r} changes a replicated table and [sink.{self._format}] "
                 "schema-mode is \"strict\". Nothing was written for it. Set schema-mode = \"evolve\" to apply "
@@ -306,12 +319,33 @@ class LakehouseSink(Sink):
         elif ddl.table_info is not None and ddl.pre_table_info is not None:
             self._evolve(name, ddl, commit)
 
-    def _changes_table(self, ddl: DDLEvent) -> bool:
-        if ddl.ddl_type in (T.DROP_TABLE, T.TRUNCATE_TABLE, T.RENAME_TABLE):
+    def _changes_table(self, ddl: DDLEvent, kind: str) -> bool:
+        if kind in (T.DROP_TABLE, T.TRUNCATE_TABLE, T.RENAME_TABLE):
             return True
         if ddl.table_info is None or ddl.pre_table_info is None:
             return False
         return self._table_schema(ddl.table_info) != self._table_schema(ddl.pre_table_info)
+
+    def _refuse_partition_rows(self, name: TableName, ddl: DDLEvent, change: "PartitionRows", commit: Commit) -> None:
+        """Stop at a partition DDL that moves or removes rows without row events, when a lake table
+        it touches exists: the sink cannot know which rows a partition holds, and a lake table
+        that kept them would differ from the upstream without anyone knowing."""
+        tables = [name] + ([TableName(change.table.schema, change.table.table)]
+                           if isinstance(change, (ExchangePartition, ConvertPartition, ConvertTable)) else [])
+        affected = [table for table in tables if self._behind(table, commit)]
+        if not affected:
+            return  # no lake table holds the rows (not replicated here, or not created yet)
+        changefeed = self._app_id.split("/", 1)[-1]
+        listed = ", ".join(map(str, affected))
+        raise ErrLakehouseSchemaChange(
+            f"table {name}: the DDL {ddl.query!r} (commit-ts {ddl.commit_ts}) {_partition_effect(change)} upstream "
+            f"without row events, and the {self._format} sink cannot tell which rows that is (it does not know the "
+            f"table's partitions), so the lake table would silently differ from the upstream. The rows before the "
+            f"DDL are committed, nothing after it. To go on: delete those rows from the lake table(s) ({listed}) "
+            f"yourself, or drop them and copy them again: resume after the DDL (`sparkcdc cli changefeed resume -c "
+            f"{changefeed} --overwrite-checkpoint-ts {ddl.commit_ts + 1}`), then `sparkcdc cli changefeed snapshot "
+            f"-c {changefeed} --tables {','.join(f'{t.schema}.{t.table}' for t in affected)}` (with [snapshot] mode "
+            "= \"initial\", docs/snapshot.md); or exclude the table with a filter rule")
 
     def _behind(self, name: TableName, commit: Commit) -> bool:
         """Whether the table exists and has not yet recorded `commit` (the DDL is not applied)."""
@@ -367,6 +401,39 @@ class LakehouseSink(Sink):
         self._tables.evolve(name, evolution, schema, fill, commit)
         self._checked.pop(name, None)
         log.info("%s: schema changed by %r at %d", name, ddl.query, ddl.commit_ts)
+
+
+# The DDL types under which a partition change may move or remove rows without row events
+# (CONVERT TABLE is an ADD PARTITION, CONVERT PARTITION a DROP PARTITION).
+_PARTITION_DDLS = frozenset({T.TRUNCATE_PARTITION, T.DROP_PARTITION, T.EXCHANGE_PARTITION, T.REORGANIZE_PARTITION,
+                             T.ADD_PARTITION})
+
+
+def _partition_rows(ddl: DDLEvent) -> Optional[PartitionRows]:
+    """What the partition DDL does to rows without row events (schema/parser.py), if anything."""
+    try:
+        return parse(ddl.extra.get("upstream_query", ddl.query), ddl.extra.get("default_schema", ddl.schema)
+                     ).partition_rows
+    except DDLParseError:  # the schema store parsed it; a sink that cannot must not guess
+        return RemovePartitionRows(ddl.ddl_type.upper(), ())
+
+
+def _partition_effect(change: PartitionRows) -> str:
+    if isinstance(change, ExchangePartition):
+        return f"swaps the rows of partition {change.partition} with those of table {change.table}"
+    if isinstance(change, ConvertPartition):
+        return f"moves the rows of partition {change.partition} into the new table {change.table}"
+    if isinstance(change, ConvertTable):
+        return f"moves the rows of table {change.table} into a new partition"
+    partitions = ", ".join(change.partitions) or "every partition"
+    if change.statement == "TRUNCATE PARTITION":
+        return f"deletes the rows of partition(s) {partitions}"
+    if change.statement == "DROP PARTITION":
+        return f"drops partition(s) {partitions} with their rows"
+    if change.statement == "REORGANIZE PARTITION":
+        return (f"reorganizes LIST partition(s) {partitions}, which deletes the rows whose value no new partition "
+                "lists")
+    return f"may move or delete rows ({change.statement})"
 
 
 # What a table library raises that retrying cannot fix: access denied, a path that is a file, and
