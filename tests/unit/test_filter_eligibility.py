@@ -31,7 +31,7 @@ def test_selector_dropping_key_fails_verification():
 
 
 class VerifyingController(FakeController):
-    def verify_tables(self, config, start_ts):
+    def verify_tables(self, config, start_ts, sink_uri=""):
         return classify_tables([KEYED, LOOSE, OTHER], config)
 
 

@@ -63,7 +63,7 @@ def test_index_value_primary_on_a_selected_out_column():
 
 
 class VerifyingController(FakeController):
-    def verify_tables(self, config, start_ts):
+    def verify_tables(self, config, start_ts, sink_uri=""):
         return verify_tables([ORDERS, OTHER], config)
 
 

@@ -32,7 +32,6 @@ from sparkcdc.model import tso
 from sparkcdc.model.changefeed import CHANGEFEED_STATES, ChangefeedInfo, ChangefeedStatus
 from sparkcdc.model.snapshot import snapshot_progress
 from sparkcdc.server.metastore import MetaStore
-from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.server.security import ClientAuthenticator, SecurityConfig, UserVerifier, client_ssl_context
 
 log = logging.getLogger(__name__)
@@ -73,7 +72,7 @@ class ChangefeedController(Protocol):
     def start(self, info: ChangefeedInfo) -> None: ...
     def stop(self, namespace: str, id: str) -> None: ...
     def capture_info(self) -> dict: ...
-    def verify_tables(self, config: ReplicaConfig, start_ts: int | str) -> tuple[list, list]: ...
+    def verify_tables(self, config: ReplicaConfig, start_ts: int | str, sink_uri: str = "") -> tuple[list, list]: ...
     def list_captures(self) -> list[dict]: ...
     def processors(self) -> list[tuple[str, str, str]]: ...
     def processor_table_ids(self, info: ChangefeedInfo) -> list[int]: ...
@@ -364,11 +363,9 @@ class OpenAPI:
         _refuse_pd_fields(body)
         sink_uri = _str_field(body, "sink_uri")
         config = _replica_config(body.get("replica_config"))
-        if sink_uri:
-            # The CLI verifies the tables before it creates: a bad sink must be named then, not
-            # after the user has been asked about tables without a valid index.
-            parse_sink_spec(sink_uri, config)
-        eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body, "start_ts"))
+        # The CLI verifies the tables before it creates: the controller names a bad sink then, not
+        # after the user has been asked about tables without a valid index.
+        eligible, ineligible = self.controller.verify_tables(config, _start_ts_field(body, "start_ts"), sink_uri)
         return _ok({"ineligible_tables": table_names_json(ineligible),
                     "eligible_tables": table_names_json(eligible)})
 

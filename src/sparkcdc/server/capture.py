@@ -308,10 +308,13 @@ class Capture:
         if self._runner is not None:
             self._runner.stop(namespace, changefeed_id)
 
-    def verify_tables(self, config: ReplicaConfig, start_ts) -> tuple[list, list]:
-        """(eligible, ineligible) tables at start_ts (0 = now) for the config's filter."""
+    def verify_tables(self, config: ReplicaConfig, start_ts, sink_uri: str = "") -> tuple[list, list]:
+        """(eligible, ineligible) tables at start_ts (0 = now) for the config's filter; a given
+        sink URI is checked first, so a bad one is named before any table."""
         from sparkcdc.sink.registry import verify_tables
 
+        if sink_uri:
+            parse_sink_spec(sink_uri, config)
         self._ensure_puller()
         index = TxnIndex(self.index_path)
         ts = self._resolve_start(str(start_ts)) if start_ts else index.resolved_ts()
