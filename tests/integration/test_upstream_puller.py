@@ -346,3 +346,19 @@ def read_txns_at_each_version(cfg, index, txns):
         rng = BinlogRange(cfg, next(_server_ids), txn.start, txn.end, (txn.commit_ts,), tables)
         out.extend(read_range(rng))
     return out
+
+
+def test_tso_is_between_the_upstreams_past_and_its_future(setup):
+    # As PD's TSO: a transaction committed before the call is at or below it, one after it above,
+    # even right after a commit the puller has not read yet (binlog times are whole seconds, so
+    # the clock is no such boundary).
+    cfg, index, start_puller, conn = setup
+    run(conn, "CREATE TABLE t (id INT PRIMARY KEY)")
+    puller = start_puller()
+    for n in range(5):
+        run(conn, f"INSERT INTO t VALUES ({2 * n})")
+        answer = puller.tso()
+        run(conn, f"INSERT INTO t VALUES ({2 * n + 1})")
+        puller.wait_caught_up(20)
+        before, after = index.txns_between(0, index.resolved_ts())[-2:]
+        assert before.commit_ts <= answer < after.commit_ts, (n, before.commit_ts, answer, after.commit_ts)

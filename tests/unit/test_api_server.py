@@ -71,6 +71,9 @@ class FakeController:
     def puller_resolved_ts(self):
         return self.resolved_ts
 
+    def upstream_tso(self):
+        return self.resolved_ts
+
     def puller_state(self):
         return {"state": "running", "upstream": "mysql://root@127.0.0.1:3306/", "capture_id": "cap-1",
                 "resolved_ts": self.resolved_ts, "since": "2024-01-01T00:00:00+00:00", "error": None}
@@ -119,9 +122,9 @@ def test_health_status_captures_tso(api):
     assert call(api, "POST", "/api/v2/tso")[1] == {"timestamp": 1_700_000_000_000, "logic_time": 5}
 
 
-def test_tso_is_the_pullers_resolved_ts_not_the_clock(api):
-    # A commit right after the query must get a commit-ts above the answer: the puller's
-    # resolved-ts promises that, the clock does not (binlog event times are whole seconds).
+def test_tso_is_the_upstreams_not_the_clock(api):
+    # The controller's upstream TSO (Puller.tso: the resolved-ts once the binlog's end at the call
+    # is indexed), not the clock: binlog event times are whole seconds.
     api.controller.resolved_ts = NOW - (400 << 18)
     assert call(api, "POST", "/api/v2/tso")[1] == {"timestamp": 1_700_000_000_000 - 400, "logic_time": 5}
 

@@ -77,6 +77,7 @@ class ChangefeedController(Protocol):
     def processors(self) -> list[tuple[str, str, str]]: ...
     def processor_table_ids(self, info: ChangefeedInfo) -> list[int]: ...
     def puller_resolved_ts(self) -> int: ...
+    def upstream_tso(self) -> int: ...
     def puller_state(self) -> dict: ...
     def last_synced_ts(self, checkpoint_ts: int) -> int: ...
     def metadata(self) -> list[tuple[str, str]]: ...
@@ -351,11 +352,10 @@ class OpenAPI:
 
     def query_tso(self, request: _Request) -> _Response:
         _refuse_pd_fields(request.json(allowed=_PD_ONLY_FIELDS))
-        # The puller's resolved-ts, not the clock: every transaction the upstream commits after
-        # this call gets a commit-ts above it. Binlog event times are whole seconds, so a commit
-        # just after the call can be stamped up to a second before the clock's TSO, and a
-        # changefeed started there would skip it.
-        current = self.controller.puller_resolved_ts() or self.controller.current_tso()
+        # As PD's TSO: above every transaction committed before the call, below every later one
+        # (not the clock: binlog event times are whole seconds, so a commit just after the call
+        # can be stamped up to a second before the clock's TSO).
+        current = self.controller.upstream_tso()
         return _ok({"timestamp": tso.physical_ms(current), "logic_time": tso.logical(current)})
 
     def verify_table(self, request: _Request) -> _Response:

@@ -342,6 +342,10 @@ class Capture:
     def puller_resolved_ts(self) -> int:
         return TxnIndex(self.index_path).resolved_ts()
 
+    def upstream_tso(self) -> int:
+        """The TSO of `sparkcdc cli tso query` (Puller.tso): the upstream's present, as PD's."""
+        return self._ensure_puller().tso() or self.current_tso()
+
     def last_synced_ts(self, checkpoint_ts: int, lookback_ms: int = 600_000) -> int:
         """Commit ts of the newest upstream transaction at or below the checkpoint, i.e. the last
         change the sink has passed (before filtering). Looks back in growing windows, so a long

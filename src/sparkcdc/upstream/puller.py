@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+import pymysql
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
     GtidEvent,
@@ -390,6 +391,19 @@ class Puller:
                 if remaining <= 0:
                     raise TimeoutError(f"puller at {flushed}, binlog end {target}")
                 self._progress.wait(min(remaining, 0.1))
+
+    def tso(self, timeout: float = 10.0) -> int:
+        """A TSO as PD's: every transaction the upstream committed before the call has a commit-ts
+        at or below it, every later one above: the resolved-ts once the index holds the binlog up
+        to its end at the call (the next transaction's commit-ts is above the resolved-ts). While
+        the upstream is unreachable or the puller lags more than `timeout`: the resolved-ts alone
+        (nothing after it is lost, but transactions just before the call may lie above it)."""
+        try:
+            self.wait_caught_up(timeout)
+        except (SparkCDCError, TimeoutError, pymysql.err.MySQLError) as exc:
+            log.warning("TSO: the binlog puller has not indexed the upstream's binlog end (%s); "
+                        "answering its resolved-ts", exc)
+        return self.index.resolved_ts()
 
     # ---- the loop ------------------------------------------------------------------------------
 
