@@ -76,6 +76,11 @@ ErrBinlogUnsupportedEvent = _define("ErrBinlogUnsupportedEvent", 500)
 ErrBinlogPositionInvalid = _define("ErrBinlogPositionInvalid")
 # The binlog a changefeed (or the puller) needs is gone from the upstream (PURGE BINARY LOGS, expire_logs_days).
 ErrBinlogPurged = _define("ErrBinlogPurged", 400)
+# A failover to another server of the upstream's topology that would lose or invent data
+# (docs/failover.md): the new server lacks what the index needs (log_slave_updates, GTIDs), or its
+# history diverged from the old primary's (an errant transaction, a missing one).
+ErrUpstreamFailoverConfig = _define("ErrUpstreamFailoverConfig", 400)
+ErrUpstreamDiverged = _define("ErrUpstreamDiverged", 409)
 # The binlog puller: stopped on an error no retry fixes, or alive but reading nothing.
 ErrPullerFailed = _define("ErrPullerFailed", 500)
 ErrPullerStalled = _define("ErrPullerStalled", 503, retryable=True)

@@ -41,6 +41,9 @@ POINTS: dict[str, str] = {
         "test can watch a changefeed give up"),
     "sync-point-interval": (
         "return(DURATION): replaces every changefeed's sync-point-interval (minimum 30s)"),
+    "pause-inside-transaction": (
+        "return(SECONDS): a batch that ends inside a large transaction (after some of its pieces) waits SECONDS "
+        "before its checkpoint, once per transaction, logging where: a test can fail the upstream over there"),
     "kill-after-lake-commit": (
         "return(N): the server SIGKILLs its process group in the N-th batch checkpoint of a lakehouse sink "
         "that committed rows, after the table commits and before the checkpoint is recorded"),

@@ -13,11 +13,14 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 
+import pymysql
 import pytest
 
 from sparkcdc.testing.compare import wait_tables_equal
+from sparkcdc.testing.ha import wait_until
 from sparkcdc.testing.mariadb import MariaDBServer
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.workload import Workload
@@ -93,5 +96,160 @@ def test_a_changefeed_starts_at_a_dumps_gtid_from_before_the_server_existed(prim
         wait_tables_equal(primary.connect(), downstream.connect(), database, TABLES, timeout=120)
     finally:
         print(f"dump start: replicated after {replicated if 'replicated' in dir() else -1:.0f}s, total "
+              f"{time.monotonic() - began:.0f}s, load average {os.getloadavg()[0]:.1f}")
+        server.stop()
+
+
+# ---- issue 23: a failover of the upstream -----------------------------------------------------
+
+FAILOVER_DB = "e2e_failover"
+PAUSE_SECONDS = 25  # the failpoint's pause inside the large transaction, in which the primary dies
+HA = {"log_slave_updates": "ON", "gtid_strict_mode": "ON"}
+
+
+@pytest.fixture(scope="module")
+def topology(tmp_path_factory):
+    """A primary and a GTID replica that logs what it applies (a failover candidate)."""
+    old = MariaDBServer(str(tmp_path_factory.mktemp("old-primary")), extra_config=HA).start()
+    new = MariaDBServer(str(tmp_path_factory.mktemp("replica")), extra_config={**HA, "server-id": "2"}).start()
+    new.replicate_from(old)
+    yield old, new
+    old.stop()
+    new.stop()
+
+
+class Writer:
+    """The workload's small transactions, each followed by an insert into the keyless, insert-only
+    `ledger` (one row per number: a transaction applied twice downstream shows as a count of 2),
+    in a thread, until stopped or until the server it writes to dies."""
+
+    def __init__(self, server: MariaDBServer, seed: int):
+        self.workload = Workload(server.connect(), FAILOVER_DB, seed=seed)
+        self.next = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def on(self, server: MariaDBServer) -> "Writer":
+        self.workload.conn = server.connect()
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self.workload.run(1)
+                self.workload._exec(f"INSERT INTO `{FAILOVER_DB}`.ledger VALUES (%s, 'w')", (self.next,))
+                self.next += 1
+                time.sleep(0.02)
+        except pymysql.err.MySQLError:
+            pass  # the server died under it: some of its last transactions may be lost upstream too
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+
+
+def ledger_counts(conn) -> dict[int, int]:
+    with conn.cursor() as cur:
+        cur.execute(f"SELECT n, COUNT(*) FROM `{FAILOVER_DB}`.ledger GROUP BY n")
+        return {int(n): int(count) for n, count in cur.fetchall()}
+
+
+def file_ledger_commits(root: str) -> dict[int, set[int]]:
+    """The commit-ts under which each ledger number was written to file storage (a replay writes a
+    row again under the same commit-ts; a transaction indexed twice would have two)."""
+    from sparkcdc.consumer.storage_reader import open_storage, read_bytes, table_files
+
+    fs, base = open_storage(root)
+    commits: dict[int, set[int]] = {}
+    for data_file in table_files(fs, f"{base}/{FAILOVER_DB}/ledger", "canal-json"):
+        for line in read_bytes(fs, data_file.path).decode().splitlines():
+            message = json.loads(line) if line.strip() else {}
+            if message.get("type") == "INSERT":
+                commits.setdefault(int(message["data"][0]["n"]), set()).add(int(message["_tidb"]["commitTs"]))
+    return commits
+
+
+def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstream, tmp_path, monkeypatch):
+    """kill -9 of the primary mid-workload, while the MySQL changefeed is inside a large
+    transaction's pieces and the file changefeed is paused behind; the replica is promoted and the
+    workload goes on there. Both changefeeds end equal to the new primary, nothing twice, and no
+    checkpoint moved backwards."""
+    from test_storage_changefeed import assert_tables_equal, wait_replicated, write_large_transaction
+
+    began = time.monotonic()
+    old, new = topology
+    config = tmp_path / "cf.toml"
+    config.write_text(f'force-replicate = true\n[filter]\nrules = ["{FAILOVER_DB}.*"]\n')
+    root = str(tmp_path / "files")
+    monkeypatch.setenv("SPARKCDC_FAILPOINTS", f"pause-inside-transaction=return({PAUSE_SECONDS})")
+    server = ServerProcess(str(tmp_path / "cdc"), f"mysql://root@127.0.0.1:{old.port},127.0.0.1:{new.port}/").start()
+    checkpoints: dict[str, list[int]] = {"to-mysql": [], "to-files": []}
+    polling = threading.Event()
+
+    def poll_checkpoints():
+        while not polling.is_set():
+            for changefeed, seen in checkpoints.items():
+                try:
+                    seen.append(server.checkpoint(changefeed))
+                except Exception:  # noqa: BLE001 - not created yet, or the API busy
+                    pass
+            time.sleep(0.5)
+
+    poller = threading.Thread(target=poll_checkpoints, daemon=True)
+    writer = Writer(old, seed=23)
+    try:
+        server.cli("changefeed", "create", "-c", "to-mysql", "--config", str(config),
+                   "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/?worker-count=2")
+        server.cli("changefeed", "create", "-c", "to-files", "--config", str(config),
+                   "--sink-uri", f"file://{root}?protocol=canal-json&enable-tidb-extension=true")
+        poller.start()
+        writer.workload.create_tables()  # replicated: after the changefeeds' start
+        writer.workload._exec(f"CREATE TABLE `{FAILOVER_DB}`.ledger (n INT NOT NULL, note VARCHAR(8))")  # no key
+        writer.on(old)
+        time.sleep(8)
+        server.cli("changefeed", "pause", "-c", "to-files")  # behind from here: it catches up on the new primary
+        time.sleep(4)
+        log_path = os.path.join(server.data_dir, "server.log")
+        write_large_transaction(old.connect(), FAILOVER_DB)
+        wait_until(lambda: b"FAILPOINT pause-inside-transaction: pausing" in open(log_path, "rb").read(), 240,
+                   "the MySQL changefeed to stop inside the large transaction")
+        time.sleep(1)
+        old.kill()  # kill -9 mid-workload, with the MySQL changefeed half way through the transaction
+        writer.stop()
+        killed = time.monotonic()
+        new.promote()
+        writer.on(new)
+        # Refused (the upstream unreachable) until the puller has switched to the new primary.
+        wait_until(lambda: server.cli("changefeed", "resume", "-c", "to-files", check=False).returncode == 0, 120,
+                   "the paused changefeed to resume on the new primary")
+        time.sleep(8)
+        writer.stop()
+        writer.workload.finish()
+
+        tables = TABLES + ["bulk"]
+        wait_tables_equal(new.connect(), downstream.connect(), FAILOVER_DB, tables, timeout=300)
+        wait_until(lambda: ledger_counts(downstream.connect()) == ledger_counts(new.connect()), 120,
+                   "the ledger downstream to equal the new primary's")
+        counts = ledger_counts(downstream.connect())
+        assert set(counts.values()) == {1} and len(counts) > writer.next // 2, (len(counts), writer.next)
+        rebuilt = wait_replicated(root, "canal-json", FAILOVER_DB, 1, timeout=300)
+        assert_tables_equal(new.connect(), FAILOVER_DB, rebuilt, tables)
+        commits = file_ledger_commits(root)
+        assert set(commits) == set(ledger_counts(new.connect())), "the file ledger holds the new primary's numbers"
+        twice = {n: ts for n, ts in commits.items() if len(ts) > 1}
+        assert not twice, f"ledger rows written under two commit-ts (a transaction indexed twice): {twice}"
+        followed = time.monotonic() - killed
+        for changefeed, seen in checkpoints.items():
+            assert seen and all(a <= b for a, b in zip(seen, seen[1:])), f"{changefeed} checkpoint moved back"
+        cf = json.loads(server.cli("changefeed", "query", "-s", "-c", "to-mysql").stdout)
+        assert cf["state"] == "normal", cf
+    finally:
+        polling.set()
+        writer.stop()
+        print(f"failover: replicated {followed if 'followed' in dir() else -1:.0f}s after the kill, total "
               f"{time.monotonic() - began:.0f}s, load average {os.getloadavg()[0]:.1f}")
         server.stop()

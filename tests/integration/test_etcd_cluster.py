@@ -239,3 +239,45 @@ def test_changefeeds_are_assigned_failed_over_drained_and_fenced(client):
     finally:
         for member in (a, b):
             member.close()
+
+
+def test_checkpoint_gtid_decides_across_a_failover(client):
+    """After a failover positions are another server's (mysql-bin.000001 again); the GTID state
+    orders checkpoints, so none moves back (docs/failover.md)."""
+    store = EtcdMetaStore(client)
+    store.create_changefeed(make_info(), ChangefeedStatus(1000, 1000, checkpoint_position="mysql-bin.000007:100",
+                                                          checkpoint_gtid="0-1-70"))
+    store.advance_checkpoint("default", "cf-1", 4000, 4000, checkpoint_position="mysql-bin.000001:500",
+                             checkpoint_gtid="0-2-75")
+    assert (store.get_status("default", "cf-1").checkpoint_gtid, store.get_status("default", "cf-1").checkpoint_ts) \
+        == ("0-2-75", 4000)
+    store.advance_checkpoint("default", "cf-1", 9000, 9000, checkpoint_position="mysql-bin.000009:100",
+                             checkpoint_gtid="0-1-70")
+    assert store.get_status("default", "cf-1").checkpoint_gtid == "0-2-75", "an older GTID state never moves it back"
+
+
+def test_after_a_failover_a_checkpoint_means_the_same_transaction_on_every_capture(client, tmp_path):
+    """Capture a followed a failover (its positions are the new primary's), b not yet: b still
+    resumes right after the same transaction, found by the checkpoint's GTID state."""
+    from sparkcdc.model.gtid import parse_state
+    from sparkcdc.upstream.txn_index import Remapped
+
+    store = EtcdMetaStore(client)
+    a = _index(str(tmp_path / "a.sqlite"), 10_000, [1, 2, 10])
+    b = _index(str(tmp_path / "b.sqlite"), 20_000, [7, 9, 30])
+    for index in (a, b):
+        index.set_start_gtid(parse_state("0-1-0"))
+        index.record_source("db1", 3306, 1, None, "mariadb", new_epoch=False)
+    epoch = a.record_source("db2", 3306, 2, None, "mariadb", new_epoch=True).epoch
+    a.remap(epoch, [Remapped(10_000 + off, BinlogPosition("mysql-bin.000001", 1000 + 50 * n),
+                             BinlogPosition("mysql-bin.000001", 1050 + 50 * n), (), n == 0)
+                    for n, off in enumerate([1, 2, 10])])
+    view_a = CaptureStoreView(store, a.path, fence_for=lambda ns, cf: [])
+    view_b = CaptureStoreView(store, b.path, fence_for=lambda ns, cf: [])
+    view_a.create_changefeed(make_info(), ChangefeedStatus(10_000, 10_000))
+    view_a.advance_checkpoint("default", "cf-1", 10_002, 10_003)
+    status = store.get_status("default", "cf-1")
+    assert (status.checkpoint_gtid, status.checkpoint_position) == ("0-1-2", "mysql-bin.000001:1100")
+    # b's index has no transaction ending at that position of the new primary (its own 0-1-2
+    # ends at mysql-bin.000001:300 of the old one): the GTID state finds it.
+    assert view_b.get_status("default", "cf-1").checkpoint_ts == 20_009

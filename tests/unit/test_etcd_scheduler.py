@@ -50,3 +50,14 @@ def test_a_capture_whose_index_starts_after_the_checkpoint_cannot_resume_it():
     assert not can_resume(late, cf) and can_resume(early, cf)
     assert plan([early, late], [cf], {}) == [Action("assign", "default", "f1", "early")]
     assert plan([late], [cf], {}) == []
+
+
+def test_across_a_failover_the_gtid_state_decides_whether_a_capture_can_resume_a_changefeed():
+    """Binlog positions of two servers do not compare; GTID states do (docs/failover.md)."""
+    index_from_50 = CaptureView("c", index_start="mysql-bin.000009:4", index_start_gtid="0-1-50")
+    at = lambda gtid: ChangefeedView("default", "f1", "normal", "mysql-bin.000001:100", gtid)  # noqa: E731
+    assert can_resume(index_from_50, at("0-2-60")), "after the index's start (the new primary's GTIDs)"
+    assert can_resume(index_from_50, at("0-1-50"))
+    assert not can_resume(index_from_50, at("0-1-40")), "before the index's start"
+    assert can_resume(index_from_50, at("0-1-60,1-1-3")), "a domain that began after the index's start"
+    assert can_resume(CaptureView("old"), at("0-1-40")), "an index that does not know its start: any"

@@ -21,7 +21,7 @@ from test_redo import RecordingRedo, two_table_batch
 
 def test_every_point_the_code_names_is_declared_and_every_declared_point_is_used():
     named = {batch_sink.KILL_AFTER_FIRST_TABLE, batch_sink.KILL_AFTER_DDL, runner.STUCK_DURATION_FAILPOINT,
-             runner.SYNC_POINT_INTERVAL_FAILPOINT, KILL_AFTER_LAKE_COMMIT}
+             runner.SYNC_POINT_INTERVAL_FAILPOINT, KILL_AFTER_LAKE_COMMIT, batch_sink.PAUSE_INSIDE_TRANSACTION}
     assert named == set(failpoint.POINTS)
 
 

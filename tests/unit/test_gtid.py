@@ -60,3 +60,21 @@ def test_empty_states_and_bad_text():
         parse_state("0-1")
     with pytest.raises(ErrStartTsInvalid, match="not a TSO, a GTID"):
         parse_start("banana")
+
+
+def test_a_binlog_files_start_is_past_a_state_only_in_what_the_state_names():
+    oldest = parse_state("0-1-50,5-2-3")
+    assert oldest.past(parse_state("0-1-40")) == ["0-1-50"], "purged for a dump from 0-1-40"
+    assert oldest.past(parse_state("0-1-50")) == [] and oldest.past(parse_state("0-1-60,7-1-1")) == []
+    previous = parse_state(f"{UUID_A}:1-50,{UUID_B}:1-9")
+    assert previous.past(parse_state(f"{UUID_A}:1-40")) == [f"{UUID_A}:41-50"]
+    assert previous.past(parse_state(f"{UUID_A}:1-60")) == []
+
+
+def test_a_mariadb_binlog_state_knows_which_server_wrote_each_sequence_number():
+    from sparkcdc.model.gtid import MariaDBBinlogState
+
+    state = MariaDBBinlogState("0-1-2,0-2-3,1-1-7")
+    assert state.contains("0-1-2") and state.contains("0-2-3") and state.contains("1-1-5")
+    assert not state.contains("0-1-3"), "domain 0 reached 3 through server 2: 0-1-3 is another transaction"
+    assert str(state) == "0-1-2,0-2-3,1-1-7"

@@ -231,3 +231,37 @@ def wait_for(predicate, timeout: float = 5.0):
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.02)
+
+
+def test_a_failover_restarts_a_running_changefeed_from_its_checkpoint_once_the_puller_switched(watched,
+                                                                                              monkeypatch):
+    """A query planned on the old server's positions (a large transaction's pieces too) plans
+    again after the puller re-mapped them: stopped at rest and started once, quietly."""
+    from dataclasses import replace
+
+    runner, store, _, puller, starts = watched
+    stopped = []
+    monkeypatch.setattr(runner, "stop", lambda *key: stopped.append(key))
+
+    class Query:
+        def __init__(self):
+            self.done = threading.Event()
+
+        def awaitTermination(self, timeout):
+            return self.done.wait(timeout)
+
+    query = Query()
+    watcher = threading.Thread(target=runner._watch, args=(KEY, query, runner_module.PipelinedWriter("w"),
+                                                            threading.Event()))
+    watcher.start()
+    time.sleep(1.5)
+    puller.health = replace(puller.health, state="switching", epoch=1, error=DOWN)  # not yet re-mapped
+    time.sleep(1.5)
+    assert not stopped and not starts
+    puller.health = replace(puller.health, state=RUNNING, error=None, server="127.0.0.1:3307")
+    wait_for(lambda: starts)
+    watcher.join(timeout=5)
+    assert stopped == [KEY] and len(starts) == 1
+    runner._recovered(KEY)  # its first checkpoint on the new primary
+    assert store.get_changefeed(*KEY).state == "normal"
+    query.done.set()

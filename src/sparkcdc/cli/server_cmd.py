@@ -29,7 +29,9 @@ def register(subparsers) -> None:
     parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s)")
     parser.add_argument("--data-dir", default="./cdc-data", help="metadata, transaction index and Spark state (default %(default)s)")
     parser.add_argument("--upstream-uri", required=True,
-                        help="the upstream MariaDB/MySQL, e.g. mysql://cdc@127.0.0.1:3306/. A password written here "
+                        help="the upstream MariaDB/MySQL, e.g. mysql://cdc@127.0.0.1:3306/, or the servers of a replication "
+                             "topology, mysql://cdc@db1:3306,db2:3306/: the primary is followed, and a promoted replica "
+                             "after a failover (docs/failover.md). A password written here "
                              "shows in `ps` to every local user: give it with --upstream-password-file or "
                              f"{UPSTREAM_PASSWORD_ENV} instead")
     parser.add_argument("--upstream-password-file", default=None, metavar="PATH",

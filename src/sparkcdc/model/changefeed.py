@@ -44,6 +44,9 @@ class ChangefeedStatus:
     # The binlog position after every transaction <= checkpoint_ts ("" when unknown). commit-ts
     # values are local to a capture's transaction index; the position means the same on all.
     checkpoint_position: str = ""
+    # The upstream's GTID state after every transaction <= checkpoint_ts ("" when unknown): the
+    # same on every server of the topology, so it survives a failover (docs/failover.md).
+    checkpoint_gtid: str = ""
 
 
 class ChangefeedStore(Protocol):

@@ -106,6 +106,11 @@ class MariaDBPosition:
                 beyond.append(str(gtid))
         return lacks, beyond
 
+    def past(self, other: "MariaDBPosition") -> list[str]:
+        """For `self` the GTID list a binlog file starts with: the GTIDs of the domains `other`
+        names that it is past, i.e. what a dump from `other` would need from a purged file."""
+        return [str(g) for d, g in sorted(self._domains.items()) if d in other._domains and g.seq > other._domains[d].seq]
+
     def __str__(self) -> str:
         return ",".join(str(g) for _, g in sorted(self._domains.items()))
 
@@ -117,6 +122,32 @@ class MariaDBPosition:
 
     def __bool__(self) -> bool:
         return bool(self._domains)
+
+
+class MariaDBBinlogState:
+    """MariaDB's @@gtid_binlog_state: the last sequence number per (domain, server). Stricter
+    than a position for membership: `0-1-3` is not in a binlog whose domain 0 reached 3 through
+    server 2 (`0-2-3`, another transaction)."""
+
+    flavor = "mariadb"
+
+    def __init__(self, text: str = ""):
+        self._last: dict[tuple[int, int], int] = {}
+        for part in (p.strip() for p in text.replace("\n", "").split(",")):
+            if part:
+                gtid = MariaDBGtid.parse(part)
+                key = (gtid.domain, gtid.server)
+                self._last[key] = max(self._last.get(key, 0), gtid.seq)
+
+    def contains(self, gtid: str) -> bool:
+        parsed = MariaDBGtid.parse(gtid)
+        return self._last.get((parsed.domain, parsed.server), -1) >= parsed.seq
+
+    def __str__(self) -> str:
+        return ",".join(f"{d}-{s}-{n}" for (d, s), n in sorted(self._last.items()))
+
+    def __bool__(self) -> bool:
+        return bool(self._last)
 
 
 def _normal_uuid(text: str) -> str:
@@ -158,6 +189,12 @@ class MySQLGtidSet:
     def compare(self, other: "MySQLGtidSet") -> tuple[list[str], list[str]]:
         """(self minus other, other minus self), each as GTID-set text per uuid."""
         return _difference(self, other), _difference(other, self)
+
+    def past(self, other: "MySQLGtidSet") -> list[str]:
+        """For `self` a binlog file's Previous_gtids: what it holds beyond `other` of the servers
+        `other` names, i.e. what a dump from `other` would need from a purged file."""
+        mine = MySQLGtidSet({uuid: ranges for uuid, ranges in self._sets.items() if other._sets.get(uuid)})
+        return _difference(mine, other)
 
     def last(self, uuid: str) -> Optional[int]:
         ranges = self._sets.get(_normal_uuid(uuid))
@@ -242,6 +279,15 @@ def parse_state(text: str, flavor: Optional[str] = None) -> GtidState:
             low, _, high = number_range.partition("-")
             intervals.setdefault(match["uuid"], []).append((int(low), int(high or low)))
     return MySQLGtidSet(intervals)
+
+
+def newer(state: GtidState, than: GtidState) -> Optional[bool]:
+    """Whether GTID state `state` is past `than` (True), the same (False), or behind or beside it
+    (None): how checkpoints written on different captures, or servers, are ordered."""
+    lacks, beyond = than.compare(state)
+    if lacks:
+        return None
+    return bool(beyond)
 
 
 def empty_state(flavor: str) -> GtidState:

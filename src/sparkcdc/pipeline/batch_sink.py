@@ -155,6 +155,7 @@ class BatchSyncpoint(Protocol):
 # Failpoints of the batch writer (sparkcdc.failpoint, docs/failpoints.md).
 KILL_AFTER_FIRST_TABLE = "kill-after-first-table"
 KILL_AFTER_DDL = "kill-after-ddl"
+PAUSE_INSIDE_TRANSACTION = "pause-inside-transaction"
 
 
 # Rows per redo piece: a batch's redo is cut at transaction borders into pieces of about this
@@ -406,6 +407,8 @@ def write_batch(
         sink.flush()
         if (text := failpoint.value(KILL_AFTER_DDL)) is not None and any(text in ddl.query for ddl in ddls):
             failpoint.kill_process_group(KILL_AFTER_DDL, f"after the DDL matching {text!r}, before its checkpoint")
+    if (seconds := failpoint.value(PAUSE_INSIDE_TRANSACTION)) is not None:
+        _pause_inside_transaction(table, end, float(seconds))
     ddl_done = time.monotonic()
     if placements:
         snapshot.placed(placements)  # downstream now: never read again, even if the checkpoint write fails
@@ -421,3 +424,18 @@ def write_batch(
     return BatchResult(start, end, written, len(ddls), write_seconds=handed - began,
                        flush_seconds=(flushed - handed) + (checkpointed - checkpointing),
                        ddl_seconds=ddl_done - flushed, bytes_written=sink.bytes_written - bytes_before)
+
+
+def _pause_inside_transaction(table: pa.Table, end: int, seconds: float) -> None:
+    """The failpoint: a batch that ends inside a large transaction (it holds rows past its end,
+    the transaction's first pieces) waits `seconds` before its checkpoint, once per transaction."""
+    commit_ts = pc.max(table["commit_ts"]).as_py()
+    if commit_ts is None or commit_ts <= end or commit_ts in _paused:
+        return
+    _paused.add(commit_ts)
+    failpoint.log.warning("FAILPOINT %s: pausing %.0fs after a batch ending inside transaction %d",
+                          PAUSE_INSIDE_TRANSACTION, seconds, commit_ts)
+    time.sleep(seconds)
+
+
+_paused: set[int] = set()  # transactions the failpoint paused in (a process-wide failpoint's own state)

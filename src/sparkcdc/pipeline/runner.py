@@ -356,7 +356,7 @@ class ChangefeedRunner:
         from sparkcdc.upstream.schema_reader import read_foreign_keys
 
         try:
-            connection = UpstreamConfig.from_uri(self._upstream_uri).connect(connect_timeout=5, read_timeout=10)
+            connection = UpstreamConfig.from_uri(self._upstream_uri).connect_any(connect_timeout=5, read_timeout=10)
             try:
                 foreign_keys = read_foreign_keys(connection)
             finally:
@@ -539,8 +539,16 @@ class ChangefeedRunner:
 
     def _watch_query(self, key, query, writer: PipelinedWriter, stopping: threading.Event, snapshot=None) -> None:
         failure = None  # what the watcher itself stopped the query for
+        epoch = self._upstream_health().epoch
         try:
             while not query.awaitTermination(WATCH_SECONDS):
+                health = self._upstream_health()
+                if health.epoch != epoch and health.problem is None and not stopping.is_set():
+                    # A failover moved the positions (a large transaction's pieces too): plan again
+                    # from the checkpoint, on the new server. On this thread: the stop takes this
+                    # query out of `_running` before the `finally` below looks.
+                    self._restart_after_switch(key, health.server)
+                    return
                 # A failed write with no next batch to fail the query, a failed snapshot read, or a
                 # puller that stopped for good.
                 failure = (writer.failure or (snapshot.failure if snapshot is not None else None)
@@ -563,6 +571,20 @@ class ChangefeedRunner:
             for closeable in running.closeables():
                 _close_quietly(closeable)
         self._handle_failure(key, message)
+
+    def _restart_after_switch(self, key: tuple[str, str], server: str) -> None:
+        """Stop the changefeed at rest and start it again from its checkpoint: the puller followed
+        a failover to `server` and re-mapped the positions the changefeed still needs."""
+        with changefeed_context(*key):
+            log.info("changefeed %s/%s: the upstream failed over to %s; restarting from its checkpoint there",
+                     *key, server)
+            try:
+                self.stop(*key)
+            except Exception:  # noqa: BLE001 - a query that failed meanwhile: starting again is what matters
+                log.exception("stopping %s/%s for the failover", *key)
+            message = self._restart(key)
+            if message is not None:
+                self._handle_failure(key, message)
 
     def _upstream_failure(self, key: tuple[str, str]) -> BaseException | None:
         """`_check_upstream`, for the watcher: a metadata store that cannot be read or written
@@ -711,6 +733,7 @@ class ChangefeedRunner:
             self.start(info)
             return None
         except Exception as exc:
+            log.info("changefeed %s/%s: the restart failed", *key, exc_info=True)
             return user_message(exc)
 
     def _recovered(self, key: tuple[str, str]) -> None:

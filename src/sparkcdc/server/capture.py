@@ -208,8 +208,21 @@ class Capture:
             if self._puller is not None:
                 log.error("binlog puller stopped with %s; starting it again", self._puller.health().error)
                 self._puller.stop()
-            self._puller = Puller(self.upstream, TxnIndex(self.index_path), self._puller_server_id).start()
+            self._puller = Puller(self.upstream, TxnIndex(self.index_path), self._puller_server_id,
+                                  needed_from=self._oldest_checkpoint).start()
             return self._puller
+
+    def _oldest_checkpoint(self) -> Optional[int]:
+        """The oldest checkpoint of the changefeeds (paused and failed ones too: they may resume),
+        in this capture's index: what a failover must re-map onto the new server. 0 (everything)
+        when the store cannot say; None without changefeeds."""
+        try:
+            checkpoints = [self.store.get_status(info.namespace, info.id).checkpoint_ts
+                           for info in self.store.list_changefeeds()]
+        except Exception as exc:  # noqa: BLE001 - re-map too much rather than too little
+            log.warning("failover: cannot read the changefeeds' checkpoints (%s); re-mapping the whole index", exc)
+            return 0
+        return min(checkpoints) if checkpoints else None
 
     def _ensure_puller(self) -> Puller:
         """A puller whose index is ready (it has a resolved-ts), for calls that read the index."""
@@ -372,7 +385,7 @@ class Capture:
         from dataclasses import replace as with_fields
 
         try:
-            with_fields(self.upstream, user=user, password=password).connect(connect_timeout=5).close()
+            with_fields(self.upstream, user=user, password=password).connect_any(connect_timeout=5).close()
         except SparkCDCError as exc:
             cause = exc.__cause__
             if cause is not None and cause.args and cause.args[0] == _ER_ACCESS_DENIED:
@@ -389,8 +402,10 @@ class Capture:
         from sparkcdc import __version__
         from sparkcdc.server.cluster import capture_info_document
 
-        start = TxnIndex(self.index_path).start_position()
-        return capture_info_document(self.id, self.options.addr, str(start) if start else "", __version__)
+        index = TxnIndex(self.index_path)
+        start, start_gtid = index.start_position(), index.start_gtid()
+        return capture_info_document(self.id, self.options.addr, str(start) if start else "", __version__,
+                                     str(start_gtid) if start_gtid is not None else "")
 
     # -- cluster (Open API: captures, drain, owner resign) -------------------------------------
     def list_captures(self) -> list[dict]:

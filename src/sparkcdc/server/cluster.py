@@ -233,17 +233,19 @@ class ClusterMember:
         captures = self.client.get_prefix(self.keys.capture())
         alive = {kv.json()["id"]: kv.json() for kv in captures}
         draining = {kv.key.rsplit("/", 1)[1] for kv in self.client.get_prefix(self.keys.drain())}
-        views = [CaptureView(cid, cid in draining, info.get("index-start-position", "")) for cid, info in alive.items()]
+        views = [CaptureView(cid, cid in draining, info.get("index-start-position", ""), info.get("index-start-gtid", ""))
+                 for cid, info in alive.items()]
         assignments = self.assignments()
         feeds = []
         for info in self.store.list_changefeeds():
-            position = ""
+            position = gtid = ""
             if info.state in RUNNABLE_STATES and (info.namespace, info.id) not in assignments:
                 try:
-                    position = self.store.get_status(info.namespace, info.id).checkpoint_position
+                    status = self.store.get_status(info.namespace, info.id)
                 except ErrChangefeedNotExists:
                     continue
-            feeds.append(ChangefeedView(info.namespace, info.id, info.state, position))
+                position, gtid = status.checkpoint_position, status.checkpoint_gtid
+            feeds.append(ChangefeedView(info.namespace, info.id, info.state, position, gtid))
         fence = self.election.fence()
         for action in plan(views, feeds, assignments):
             self._apply(action, fence)
@@ -264,8 +266,10 @@ class ClusterMember:
                  action.changefeed_id, action.capture_id, "" if ok else " (skipped: state moved)")
 
 
-def capture_info_document(capture_id: str, address: str, index_start: str, version: str) -> dict:
-    """TiCDC's CaptureInfo, plus where this capture's transaction index begins."""
+def capture_info_document(capture_id: str, address: str, index_start: str, version: str,
+                          index_start_gtid: str = "") -> dict:
+    """TiCDC's CaptureInfo, plus where this capture's transaction index begins (binlog position
+    and GTID state)."""
     return {"id": capture_id, "address": address, "version": version, "git-hash": "",
             "deploy-path": os.path.abspath(os.getcwd()), "start-timestamp": int(time.time()),
-            "index-start-position": index_start}
+            "index-start-position": index_start, "index-start-gtid": index_start_gtid}

@@ -6,7 +6,7 @@ Layout (contract §1; `<c>` = cluster id, `<ns>` = namespace):
   /tidb/cdc/<c>/__cdc_meta__/meta/meta-version       metadata version
   /tidb/cdc/<c>/__cdc_meta__/drain/<captureID>       ours: a drain was requested for the capture
   /tidb/cdc/<c>/<ns>/changefeed/info/<id>            ChangeFeedInfo
-  /tidb/cdc/<c>/<ns>/changefeed/status/<id>          ChangeFeedStatus (+ checkpoint_position)
+  /tidb/cdc/<c>/<ns>/changefeed/status/<id>          ChangeFeedStatus (+ checkpoint_position, checkpoint_gtid)
   /tidb/cdc/<c>/<ns>/task/assignment/<id>            ours: which capture runs the changefeed
 TiCDC keeps table assignments in the owner's memory and rebuilds them from the processors; we
 run whole changefeeds per capture and persist the assignment, so a new owner just reads it.
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
 from sparkcdc.errors import ErrCaptureFenced, ErrChangefeedAlreadyExists, ErrChangefeedNotExists
+from sparkcdc.model.gtid import newer, parse_state
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.server.etcd_client import (
     EtcdClient,
@@ -156,37 +157,43 @@ class EtcdMetaStore:
         return ChangefeedStatus(**self._status_kv(namespace, changefeed_id).json())
 
     def advance_checkpoint(self, namespace: str, changefeed_id: str, checkpoint_ts: int, resolved_ts: int,
-                           checkpoint_position: str = "", fence: Sequence[dict] = ()) -> None:
-        """Move the checkpoint forward; a stale one is ignored. With positions on both sides the
-        position decides what is newer (commit-ts values differ between captures' indexes)."""
+                           checkpoint_position: str = "", fence: Sequence[dict] = (),
+                           checkpoint_gtid: str = "") -> None:
+        """Move the checkpoint forward; a stale one is ignored. commit-ts values differ between
+        captures' indexes: with GTID states on both sides the GTID state decides what is newer
+        (the same on every server of the topology), else with positions the position does."""
         key = self.keys.status(namespace, changefeed_id)
         while True:
             kv = self._status_kv(namespace, changefeed_id)
             document = kv.json()
-            stored = document.get("checkpoint_position") or ""
-            if checkpoint_position and stored:
-                newer = BinlogPosition.parse(checkpoint_position).key() > BinlogPosition.parse(stored).key()
-                same = checkpoint_position == stored
-                if newer or (same and checkpoint_ts > document["checkpoint_ts"]):
-                    document["checkpoint_ts"] = checkpoint_ts
-                    document["checkpoint_position"] = checkpoint_position
-            elif checkpoint_ts > document["checkpoint_ts"]:
+            stored, stored_gtid = document.get("checkpoint_position") or "", document.get("checkpoint_gtid") or ""
+            if checkpoint_gtid and stored_gtid:
+                order = newer(parse_state(checkpoint_gtid), parse_state(stored_gtid))
+                move = order is True or (order is False and checkpoint_ts > document["checkpoint_ts"])
+            elif checkpoint_position and stored:
+                move = (BinlogPosition.parse(checkpoint_position).key() > BinlogPosition.parse(stored).key()
+                        or (checkpoint_position == stored and checkpoint_ts > document["checkpoint_ts"]))
+            else:
+                move = checkpoint_ts > document["checkpoint_ts"]
+            if move:
                 document["checkpoint_ts"] = checkpoint_ts
                 if checkpoint_position:
                     document["checkpoint_position"] = checkpoint_position
+                if checkpoint_gtid:
+                    document["checkpoint_gtid"] = checkpoint_gtid
             document["resolved_ts"] = max(document["resolved_ts"], resolved_ts, document["checkpoint_ts"])
             if self._write(key, kv, _dump(document), fence, namespace, changefeed_id):
                 return
 
     def set_checkpoint(self, namespace: str, changefeed_id: str, checkpoint_ts: int,
-                       checkpoint_position: str = "") -> None:
+                       checkpoint_position: str = "", checkpoint_gtid: str = "") -> None:
         """Overwrite the checkpoint, backwards too (resume --overwrite-checkpoint-ts)."""
         key = self.keys.status(namespace, changefeed_id)
         while True:
             kv = self._status_kv(namespace, changefeed_id)
             document = kv.json()
             document.update(checkpoint_ts=checkpoint_ts, resolved_ts=checkpoint_ts, min_table_barrier_ts=checkpoint_ts,
-                            checkpoint_position=checkpoint_position)
+                            checkpoint_position=checkpoint_position, checkpoint_gtid=checkpoint_gtid)
             if self._write(key, kv, _dump(document), (), namespace, changefeed_id):
                 return
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from sparkcdc.model.gtid import newer, parse_state
 from sparkcdc.model.position import BinlogPosition
 
 REPLICATING = "replicating"
@@ -24,6 +25,7 @@ class CaptureView:
     id: str
     draining: bool = False
     index_start: str = ""  # where the capture's transaction index begins ("" = unknown)
+    index_start_gtid: str = ""  # the upstream's GTID state there ("" = unknown)
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class ChangefeedView:
     id: str
     state: str
     checkpoint_position: str = ""
+    checkpoint_gtid: str = ""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -55,8 +58,13 @@ class Action:
 
 
 def can_resume(capture: CaptureView, changefeed: Optional[ChangefeedView]) -> bool:
-    """A capture can resume a changefeed only if its index reaches back to the checkpoint."""
-    if changefeed is None or not capture.index_start or not changefeed.checkpoint_position:
+    """A capture can resume a changefeed only if its index reaches back to the checkpoint: by
+    GTID state when both are known (positions of two servers do not compare), else by position."""
+    if changefeed is None:
+        return True
+    if capture.index_start_gtid and changefeed.checkpoint_gtid:
+        return newer(parse_state(changefeed.checkpoint_gtid), parse_state(capture.index_start_gtid)) is not None
+    if not capture.index_start or not changefeed.checkpoint_position:
         return True
     return BinlogPosition.parse(capture.index_start).key() <= BinlogPosition.parse(changefeed.checkpoint_position).key()
 

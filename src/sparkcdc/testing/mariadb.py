@@ -189,6 +189,74 @@ class MariaDBServer:
         finally:
             conn.close()
 
+    # ---- replication (a primary and its replicas, for failover tests) -----------------------------
+
+    def gtid_binlog_pos(self) -> str:
+        return self._query_one("SELECT @@gtid_binlog_pos")
+
+    def replicate_from(self, primary: "MariaDBServer", gtid_pos: Optional[str] = None, read_only: bool = True) -> None:
+        """Make this server a GTID replica of `primary` from `gtid_pos` (default: the primary's
+        current position, for a replica that starts with the primary's data), read-only. Its
+        config needs its own server-id (and log_slave_updates=ON to be a failover candidate)."""
+        position = primary.gtid_binlog_pos() if gtid_pos is None else gtid_pos
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("STOP SLAVE")
+                cur.execute("SET GLOBAL gtid_slave_pos = %s", (position,))
+                cur.execute(f"CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT={primary.port}, "
+                            "MASTER_USER='root', MASTER_PASSWORD='', MASTER_USE_GTID=slave_pos, "
+                            "MASTER_CONNECT_RETRY=1")
+                cur.execute("START SLAVE")
+                cur.execute(f"SET GLOBAL read_only = {1 if read_only else 0}")
+        finally:
+            conn.close()
+
+    def wait_replicated(self, primary: "MariaDBServer", timeout: float = 60.0) -> None:
+        """Wait until this replica has applied everything the (live) primary's binlog holds."""
+        target = primary.gtid_binlog_pos()
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (target, timeout))
+                if cur.fetchone()[0] != 0:
+                    raise TimeoutError(f"replica did not reach {target} in {timeout}s")
+        finally:
+            conn.close()
+
+    def promote(self, timeout: float = 60.0) -> str:
+        """Make this replica the primary after its primary died: apply what it received (its SQL
+        thread catches up with its relay log), stop replicating, forget the old primary and take
+        writes. Returns its GTID position."""
+        conn = self.connect()
+        try:
+            with conn.cursor(pymysql.cursors.DictCursor) as cur:
+                deadline = time.monotonic() + timeout
+                while True:
+                    cur.execute("SHOW SLAVE STATUS")
+                    status = cur.fetchone() or {}
+                    received, applied = status.get("Gtid_IO_Pos", ""), self._query_one("SELECT @@gtid_slave_pos")
+                    if not status or _covers(applied, received):
+                        break
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"replica applied {applied}, received {received}")
+                    time.sleep(0.1)
+                cur.execute("STOP SLAVE")
+                cur.execute("RESET SLAVE ALL")
+                cur.execute("SET GLOBAL read_only = 0")
+        finally:
+            conn.close()
+        return self.gtid_binlog_pos()
+
+    def _query_one(self, sql: str):
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                return cur.fetchone()[0]
+        finally:
+            conn.close()
+
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM: a clean shutdown (SIGKILL after `timeout`)."""
         self._end(signal.SIGTERM, timeout)
@@ -240,6 +308,12 @@ def binlog_gtids(conn, since) -> list[str]:
             cur.execute(f"SHOW BINLOG EVENTS IN '{file}'" + (f" FROM {since.pos}" if file == since.file else ""))
             gtids += [re.search(r"\d+-\d+-\d+", row[5]).group() for row in cur.fetchall() if row[2] == "Gtid"]
     return gtids
+
+
+def _covers(applied: str, received: str) -> bool:
+    """Whether GTID position `applied` has every domain of `received` at least as far."""
+    have = {int(g.split("-")[0]): int(g.split("-")[2]) for g in applied.split(",") if g.strip()}
+    return all(have.get(int(g.split("-")[0]), -1) >= int(g.split("-")[2]) for g in received.split(",") if g.strip())
 
 
 def _read_pid(path: str) -> Optional[int]:

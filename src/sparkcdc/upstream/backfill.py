@@ -145,7 +145,7 @@ class Backfill:
         if start.gtid_state is not None:
             first_file, gtids, _ = oldest_binlog(conn)
             oldest = parse_state(gtids, flavor)
-            purged, _ = oldest.compare(start.gtid_state)
+            purged = oldest.past(start.gtid_state)
             if purged:
                 raise binlog_purged_error(server, None, doing, f"its oldest binlog {first_file} begins after GTIDs "
                                           f"{oldest}, past {', '.join(purged)}", SNAPSHOT_FIX)

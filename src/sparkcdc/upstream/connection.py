@@ -9,8 +9,8 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pymysql
 
-from sparkcdc.errors import (ErrBinlogPurged, ErrUpstreamBinlogConfig, ErrUpstreamUnreachable, ErrUpstreamURIInvalid,
-                             SparkCDCError)
+from sparkcdc.errors import (ErrBinlogPurged, ErrUpstreamBinlogConfig, ErrUpstreamDiverged, ErrUpstreamUnreachable,
+                             ErrUpstreamURIInvalid, SparkCDCError)
 from sparkcdc.model.position import BinlogPosition
 
 MASK = "xxxxx"
@@ -124,6 +124,8 @@ def _host_port(item: str) -> tuple[str, int]:
 
 # The server's answer to a binlog dump from a position it no longer has (ER_MASTER_FATAL_ERROR_READING_BINLOG).
 ER_BINLOG_FATAL = 1236
+# MariaDB's answers to a GTID dump from a GTID its binlog never had (as opposed to a purged one).
+_DIVERGED_ANSWERS = ("which is not in the master's binlog", "is missing the GTID")
 # Another replication connection registered with this one's server_id, and the server dropped this one.
 ER_SLAVE_SAME_ID = 4052
 # What a lost or refused connection looks like from pymysql, mysql-replication and the native framer.
@@ -149,6 +151,12 @@ def upstream_error(cfg: UpstreamConfig, exc: BaseException, doing: str,
     ErrUpstreamUnreachable for a refused or lost connection. None when `exc` is neither."""
     if isinstance(exc, SparkCDCError):
         return exc
+    if _error_number(exc) == ER_BINLOG_FATAL and any(text in str(exc.args[-1]) for text in _DIVERGED_ANSWERS):
+        return ErrUpstreamDiverged(
+            f"{doing}: upstream {cfg.masked_uri()} does not have the GTID the dump started from (the server says: "
+            f"{exc.args[-1]}): its history diverged from the one this server's index followed. Recreate the "
+            "changefeeds from a snapshot of it (`[snapshot] mode = \"initial\"`), or bring back the server that has "
+            "those transactions (docs/failover.md)")
     if _error_number(exc) == ER_BINLOG_FATAL:
         return binlog_purged_error(cfg, needed, doing, str(exc.args[-1]), purged_fix)
     if not lost_connection(exc):
@@ -260,10 +268,15 @@ class Flavor:
     compression_variable: str  # binlog compression that mysql-replication cannot decode
     monitor_privilege: str  # the privilege that allows SHOW MASTER/BINARY LOG STATUS
     status_statements: tuple[str, ...]  # tried in order to read the binlog end
+    replica_status_statements: tuple[str, ...]  # tried in order to list its replication connections
+    log_replica_updates: str  # the variable that makes a replica log what it applies in its own binlog
+    gtid_state_variable: str  # every GTID in the server's binlog (MariaDB: the last per domain and server)
 
 
-MARIADB = Flavor("mariadb", "log_bin_compress", "BINLOG MONITOR", ("SHOW MASTER STATUS", "SHOW BINLOG STATUS"))
-MYSQL = Flavor("mysql", "binlog_transaction_compression", "REPLICATION CLIENT", ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"))
+MARIADB = Flavor("mariadb", "log_bin_compress", "BINLOG MONITOR", ("SHOW MASTER STATUS", "SHOW BINLOG STATUS"),
+                 ("SHOW ALL SLAVES STATUS",), "log_slave_updates", "gtid_binlog_state")
+MYSQL = Flavor("mysql", "binlog_transaction_compression", "REPLICATION CLIENT", ("SHOW BINARY LOG STATUS", "SHOW MASTER STATUS"),
+               ("SHOW REPLICA STATUS", "SHOW SLAVE STATUS"), "log_replica_updates", "gtid_executed")
 
 
 def detect_flavor(conn) -> Flavor:

@@ -28,7 +28,8 @@ import datetime as _dt
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from collections import deque
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional
 
 import pymysql
@@ -45,7 +46,8 @@ from pymysqlreplication.event import (
 )
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
-from sparkcdc.errors import ErrBinlogUnsupportedEvent, ErrPullerFailed, ErrPullerStalled, SparkCDCError
+from sparkcdc.errors import (ErrBinlogUnsupportedEvent, ErrPullerFailed, ErrPullerStalled, ErrUpstreamUnreachable,
+                             SparkCDCError)
 from sparkcdc.model import tso
 from sparkcdc.model.events import FK_CHECKS_MIXED, FK_CHECKS_OFF, FK_CHECKS_ON, DDLEvent, TableInfo
 from sparkcdc.model.gtid import GtidState, parse_state
@@ -57,7 +59,8 @@ from sparkcdc.schema.catalog import stable_table_id  # noqa: F401  (re-exported)
 from sparkcdc.schema.store import DDLOutcome, SchemaStore, is_ddl
 from sparkcdc.upstream.schema_reader import read_catalog
 from sparkcdc.upstream.statements import classify
-from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, TableVersion, TxnIndex, TxnRecord
+from sparkcdc.upstream.switchover import REPLICA_WAIT_SECONDS, ReplicaWatch, Switch, choose_primary, prepare_switch
+from sparkcdc.upstream.txn_index import DEFAULT_PIECE_BYTES, PieceStart, Source, TableVersion, TxnIndex, TxnRecord
 
 _ROWS_EVENTS = (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)
 PULLER_EVENTS = [
@@ -298,27 +301,29 @@ PULLER_PURGED_FIX = ("This server's transaction index ends there and cannot skip
 
 log = logging.getLogger(__name__)
 
-STARTING, RUNNING, RECONNECTING, STALLED, FAILED, STOPPED = (
-    "starting", "running", "reconnecting", "stalled", "failed", "stopped")
+STARTING, RUNNING, RECONNECTING, SWITCHING, STALLED, FAILED, STOPPED = (
+    "starting", "running", "reconnecting", "switching", "stalled", "failed", "stopped")
 
 
 @dataclass(frozen=True)
 class PullerHealth:
     """What the puller is doing, for the changefeed runner and `changefeed query`."""
 
-    state: str  # starting | running | reconnecting | stalled | failed | stopped
+    state: str  # starting | running | reconnecting | switching | stalled | failed | stopped
     upstream: str  # the masked upstream URI
     since: float  # wall-clock time the state began
     connects: int = 0  # successful (re)connections so far: a new one means the upstream came back
-    error: Optional[SparkCDCError] = None  # why it is reconnecting, stalled or failed
+    error: Optional[SparkCDCError] = None  # why it is reconnecting, switching, stalled or failed
+    server: str = ""  # host:port of the server it follows (one of the URI's)
+    epoch: int = 0  # the index's source epoch: a new one means a failover moved the positions
 
     @property
     def problem(self) -> Optional[SparkCDCError]:
         """The error every changefeed of this capture shows, None while the puller is fine."""
-        return self.error if self.state in (RECONNECTING, STALLED, FAILED) else None
+        return self.error if self.state in (RECONNECTING, SWITCHING, STALLED, FAILED) else None
 
     def to_json(self) -> dict:
-        return {"state": self.state, "upstream": self.upstream,
+        return {"state": self.state, "upstream": self.upstream, "server": self.server, "epoch": self.epoch,
                 "since": _dt.datetime.fromtimestamp(self.since, _dt.timezone.utc).isoformat(),
                 "error": None if self.error is None else {"code": self.error.code, "message": self.error.message}}
 
@@ -336,7 +341,10 @@ class Puller:
         flush_max_txns: int = 5000,
         clock: Callable[[], float] = time.time,
         piece_bytes: int = DEFAULT_PIECE_BYTES,
+        needed_from: Callable[[], Optional[int]] = lambda: None,
     ):
+        """`needed_from`: the oldest commit-ts a changefeed still needs (its checkpoint; None when
+        there is none): a failover re-maps the transactions after it onto the new server."""
         self.cfg = cfg
         self.index = index
         self.server_id = server_id
@@ -345,7 +353,13 @@ class Puller:
         self.flush_max_txns = flush_max_txns
         self.clock = clock
         self.piece_bytes = piece_bytes
+        self.needed_from = needed_from
         self.error: Optional[SparkCDCError] = None  # set when it stopped for good (state failed)
+        self._server = cfg.servers()[0]  # the server followed now (the primary among the URI's)
+        # Indexed transactions no failover candidate has yet: (commit-ts, gtid, when indexed).
+        self._unacknowledged: deque[tuple[int, str, float]] = deque()
+        self._replicas: Optional[ReplicaWatch] = None
+        self._epoch = 0  # the index's source epoch of the server followed now
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._state_lock = threading.Lock()
@@ -374,7 +388,7 @@ class Puller:
 
     def wait_caught_up(self, timeout: float = 30.0) -> None:
         """Block until everything the upstream binlog holds now is in the index (tests, demos)."""
-        conn = self.cfg.connect()
+        conn = self._server.connect()
         try:
             target = binlog_end(conn)
         finally:
@@ -403,7 +417,11 @@ class Puller:
         except (SparkCDCError, TimeoutError, pymysql.err.MySQLError) as exc:
             log.warning("TSO: the binlog puller has not indexed the upstream's binlog end (%s); "
                         "answering its resolved-ts", exc)
-        return self.index.resolved_ts()
+            return self.index.resolved_ts()
+        # Indexed transactions past resolved-ts (held until a failover candidate has them) are
+        # before the call too.
+        last = self.index.last_txn()
+        return max(self.index.resolved_ts(), last.commit_ts if last is not None else 0)
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -415,20 +433,24 @@ class Puller:
         if health.state == RUNNING:
             silent = time.monotonic() - self._last_event
             if silent > STALL_SECONDS:
-                return PullerHealth(STALLED, health.upstream, time.time() - silent, health.connects, ErrPullerStalled(
+                return replace(health, state=STALLED, since=time.time() - silent, error=ErrPullerStalled(
                     f"the binlog puller has read nothing from upstream {health.upstream} for {silent:.0f}s (the "
                     f"upstream sends a heartbeat every {self.heartbeat_seconds}s); the server log may say why"))
         thread = self._thread
         if thread is not None and not thread.is_alive() and health.state not in (FAILED, STOPPED):
-            return PullerHealth(FAILED, health.upstream, health.since, health.connects, ErrPullerFailed(
+            return replace(health, state=FAILED, error=ErrPullerFailed(
                 "the binlog puller thread ended without an error; resume the changefeeds to restart it"))
         return health
 
-    def _set_state(self, state: str, error: Optional[SparkCDCError] = None, connected: bool = False) -> None:
+    def _set_state(self, state: str, error: Optional[SparkCDCError] = None, connected: bool = False,
+                   source: Optional[Source] = None) -> None:
         with self._state_lock:
             previous = self._health
             since = previous.since if previous.state == state else time.time()
-            self._health = PullerHealth(state, previous.upstream, since, previous.connects + connected, error)
+            self._health = replace(previous, state=state, since=since, connects=previous.connects + connected,
+                                   error=error)
+            if source is not None:
+                self._health = replace(self._health, server=source.address, epoch=source.epoch)
         if state == FAILED:
             self.error = error
 
@@ -472,7 +494,7 @@ class Puller:
         doing = f"the binlog puller reading from {position}" if position else "the binlog puller"
         if isinstance(exc, ErrBinlogUnsupportedEvent):  # in the binlog for good: the puller cannot pass it
             return ErrBinlogUnsupportedEvent(f"{doing}: {exc.message}. {PULLER_CANNOT_PASS_FIX}")
-        error = upstream_error(self.cfg, exc, doing, position, PULLER_PURGED_FIX)
+        error = upstream_error(self._server, exc, doing, position, PULLER_PURGED_FIX)
         if error is not None:
             return error
         return ErrPullerFailed(
@@ -480,12 +502,13 @@ class Puller:
             "Resume the changefeeds (`sparkcdc cli changefeed resume`) to restart it, and report it if it repeats")
 
     def _connected(self) -> None:
-        """The stream delivered its first event: the upstream is there."""
+        """The stream delivered its first event (after a switch: the re-map is done): the upstream is there."""
         if self._health.state != RUNNING:
             down = time.time() - self._health.since
-            if self._health.state == RECONNECTING:
-                log.info("binlog puller reconnected to upstream %s after %.1fs", self.cfg.masked_uri(), down)
-            self._set_state(RUNNING, connected=True)
+            if self._health.state in (RECONNECTING, SWITCHING):
+                log.info("binlog puller reconnected to upstream %s (%s) after %.1fs", self.cfg.masked_uri(),
+                         self._server.address, down)
+            self._set_state(RUNNING, connected=True, source=self.index.current_source())
 
     def _bootstrap(self, ctl, flavor: Flavor, attempts: int = 20) -> None:
         """Snapshot the schema at a binlog position. Two equal reads around the position prove no
@@ -506,56 +529,110 @@ class Puller:
             after.databases, after.server_charset, parse_state(gtids, flavor.name) if gtids is not None else None,
         )
 
-    def _know_source(self, ctl, server: UpstreamConfig, flavor: Flavor) -> None:
-        """Record the server this index follows, and for an index made before sources and GTID
-        states were kept, learn its start GTID state from the server (which made it)."""
+    def _know_source(self, ctl, server: UpstreamConfig, flavor: Flavor) -> Optional[Switch]:
+        """Record the server this index follows (for an index made before sources and GTID states
+        were kept, also its start GTID state, from the server that made it); a Switch when the
+        index's transactions are another server's (a failover) or a switch was left half done."""
         server_id, server_uuid = server_identity(ctl)
         source = self.index.current_source()
         if source is None or source.same_server(server_id, server_uuid):
             # the first source, or the same server under the address it answers at now
             source = self.index.record_source(server.host, server.port, server_id, server_uuid, flavor.name,
                                               new_epoch=False)
-        if self.index.start_gtid() is None and source.epoch == 0:
-            start = self.index.start_position()
-            gtids = binlog_gtid_pos(ctl, start) if start is not None and flavor.name == "mariadb" else None
-            if gtids is not None:
-                self.index.set_start_gtid(parse_state(gtids, flavor.name))
+            if self.index.start_gtid() is None and source.epoch == 0:
+                start = self.index.start_position()
+                gtids = binlog_gtid_pos(ctl, start) if start is not None and flavor.name == "mariadb" else None
+                if gtids is not None:
+                    self.index.set_start_gtid(parse_state(gtids, flavor.name))
+            last = self.index.last_txn()
+            if last is None or last.epoch == source.epoch:
+                return None
+            new_epoch = False  # the last switch to it stopped before it re-mapped everything
+        else:
+            new_epoch = True
+            log.warning("the binlog puller's index follows %s (server_id %d) and upstream %s now answers as %s "
+                        "(server_id %d): switching to it by GTID", source.address, source.server_id,
+                        self.cfg.masked_uri(), server.address, server_id)
+        self._set_state(SWITCHING, ErrUpstreamUnreachable(
+            f"upstream failover: the binlog puller is switching from {source.address} to {server.address} of "
+            f"upstream {self.cfg.masked_uri()} (re-mapping the transactions the changefeeds still need by GTID)"))
+        return prepare_switch(self.index, server, ctl, flavor, self.needed_from(), new_epoch)
 
     def _pull(self) -> None:
-        """Connect, check the upstream's settings, and follow the binlog from the index's end."""
-        preflight(self.cfg)  # also after a restart: the upstream may come back with other settings
-        ctl = self.cfg.connect()
+        """Find the primary, check its settings, and follow its binlog from the index's end (after
+        a failover: from the GTID state before what the changefeeds still need, re-mapped first)."""
+        server = choose_primary(self.cfg)
+        preflight(server)  # also after a restart: the upstream may come back with other settings
+        self._server = server
+        ctl = server.connect()
         try:
             flavor = detect_flavor(ctl)
             if self.index.is_empty():
                 self._bootstrap(ctl, flavor)
-            self._know_source(ctl, self.cfg, flavor)
+            switch = self._know_source(ctl, server, flavor)
         finally:
             ctl.close()
+        self._epoch = self.index.current_source().epoch
         last = self.index.last_txn()
-        position = last.end if last else self.index.start_position()
-        self._last_ts = self.index.resolved_ts()
+        # Transactions past resolved-ts may be persisted (held for a failover candidate).
+        self._last_ts = max(self.index.resolved_ts(), last.commit_ts if last is not None else 0)
+        resolved = self.index.resolved_ts()
+        self._unacknowledged = deque((t.commit_ts, t.gtid, time.monotonic())
+                                     for t in self.index.txns_after(resolved) if t.gtid)
+        if self._replicas is not None:
+            self._replicas.close()
+        self._replicas = ReplicaWatch(self.cfg, server) if self.cfg.others else None
         self.store = SchemaStore.from_index(self.index, self._last_ts)
-        self._flushed_position = position
-        self._stream = binlog_stream(self.cfg, self.server_id, self.heartbeat_seconds, position)
+        if switch is None:
+            position = last.end if last else self.index.start_position()
+            self._flushed_position = position
+            self._stream = binlog_stream(server, self.server_id, self.heartbeat_seconds, position)
+        else:
+            self._stream = binlog_stream(server, self.server_id, self.heartbeat_seconds,
+                                         gtid_state=switch.resume_state)
         try:
-            self._loop(self._stream)
+            self._loop(self._stream, switch)
         finally:
             self._stream.close()
 
-    def _loop(self, stream: BinLogStreamReader) -> None:
+    def _resolved(self) -> int:
+        """The resolved-ts to persist: the last commit-ts (or heartbeat ts), held below the first
+        transaction no failover candidate has yet (switchover.py), for REPLICA_WAIT_SECONDS at most."""
+        if self._replicas is None or not self._unacknowledged:
+            self._unacknowledged.clear()
+            return self._last_ts
+        states = self._replicas.states()
+        if states is None:  # no candidate to wait for
+            self._unacknowledged.clear()
+            return self._last_ts
+        now = time.monotonic()
+        while self._unacknowledged:
+            commit_ts, gtid, indexed = self._unacknowledged[0]
+            if not any(state.contains(gtid) for state in states):
+                if now - indexed < REPLICA_WAIT_SECONDS:
+                    return commit_ts - 1
+                log.warning("no failover candidate among upstream %s has transaction %s %.0fs after the primary "
+                            "logged it: changefeeds go on without waiting (a failover now may find it missing)",
+                            self.cfg.masked_uri(), gtid, now - indexed)
+            self._unacknowledged.popleft()
+        return self._last_ts
+
+    def _loop(self, stream: BinLogStreamReader, switch: Optional[Switch] = None) -> None:
+        """Index the stream's transactions; with `switch`, first re-map its pending transactions
+        (every transaction the stream delivers until it is done must be one of them)."""
         pending_txns: list[TxnRecord] = []
         pending_ddls: list[DDLEvent] = []
         pending_versions: list[TableVersion] = []
         pending_databases: list[tuple[str, int, Optional[str]]] = []
         cutter = TxnCutter(self.piece_bytes)
         last_flush = time.monotonic()
+        breaks_next = False  # the first transaction after a re-map may not continue its last range
 
         def flush() -> None:
             # Only called between transactions, so resolved-ts covers exactly the persisted txns.
             nonlocal pending_txns, pending_ddls, pending_versions, pending_databases, last_flush
             position = BinlogPosition(stream.log_file, stream.log_pos)
-            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases,
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._resolved(), pending_databases,
                               position)
             self.indexed_transactions += len(pending_txns)
             self.indexed_binlog_bytes += sum(txn.size for txn in pending_txns)
@@ -570,10 +647,25 @@ class Puller:
             self._last_event = time.monotonic()
             if event is None:
                 continue
+            if switch is not None and not switch.done:
+                cut = cutter.feed(stream, event)
+                if cut is not None:
+                    switch.match(cut.gtid, cut.continues_group, cut.start, cut.end, cut.pieces)
+                    if switch.done:
+                        log.info("failover to %s: re-mapped %d transaction(s) onto its binlog", switch.server.address,
+                                 switch.count)
+                        breaks_next = switch.next_breaks()
+                        with self._progress:
+                            self._flushed_position = cut.end
+                            self._progress.notify_all()
+                elif isinstance(event, HeartbeatLogEvent) and cutter.between_transactions:
+                    raise switch.ended_early(BinlogPosition(stream.log_file, stream.log_pos))
+                continue
             self._connected()
             cut = cutter.feed(stream, event)
             if cut is not None:
-                record = self._close(cut)
+                record = self._close(cut, breaks_next)
+                breaks_next = False
                 pending_txns.append(record)
                 if cut.is_ddl:
                     outcome = self.store.apply(cut.query, cut.schema, record.commit_ts, str(open_position(record)))
@@ -592,13 +684,16 @@ class Puller:
                 flush()
 
         if cutter.between_transactions and pending_txns:
-            self.index.append(pending_txns, pending_ddls, pending_versions, self._last_ts, pending_databases)
+            self.index.append(pending_txns, pending_ddls, pending_versions, self._resolved(), pending_databases)
 
-    def _close(self, cut: CutTxn) -> TxnRecord:
+    def _close(self, cut: CutTxn, breaks: bool = False) -> TxnRecord:
         commit_ts = tso.next_after(self._last_ts, cut.timestamp)
         self._last_ts = commit_ts
+        if self._replicas is not None and cut.gtid:
+            self._unacknowledged.append((commit_ts, cut.gtid, time.monotonic()))
         return TxnRecord(commit_ts, cut.gtid, cut.start, cut.end, cut.end.pos - cut.start.pos, cut.is_ddl, cut.pieces,
-                         cut.foreign_key_checks, cut.skip_replication, cut.continues_group)
+                         cut.foreign_key_checks, cut.skip_replication, cut.continues_group,
+                         epoch=self._epoch, breaks=breaks)
 
 
 def open_position(record: TxnRecord) -> BinlogPosition:
