@@ -8,7 +8,9 @@ IDENTIFIED BY` into the binlog. Once every changefeed has passed the workload (t
 downstream compared row by row), neither the server's log file nor its captured stdout/stderr
 (Spark's JVM and Python workers) holds any of the secrets, raw or percent-encoded; neither does any
 API answer or any process's command line; every file under the data directory is 0600 and every
-directory 0700.
+directory 0700. Then `redo apply`, `consumer storage`, `consumer kafka` (with a row only its key
+reaches Kafka, read upstream) and `diff` run with their MySQL passwords in files or the
+environment: they work, and `ps` never shows a secret on their command lines.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import json
 import os
 import stat
 import subprocess
+import sys
+import tempfile
 import time
 from urllib.parse import quote
 
@@ -43,6 +47,30 @@ TABLES = ["customers", "orders", "items", "finish_mark"]
 
 def _found(text: str) -> list[str]:
     return [secret for secret in SECRETS if secret in text or quote(secret, safe="") in text]
+
+
+def run_unseen(args: list[str], environment: dict[str, str]) -> subprocess.CompletedProcess:
+    """`sparkcdc args` in a child with `environment` added, which must succeed and whose command
+    line, as `ps` shows it every 50 ms while it runs, must hold no secret."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen([sys.executable, "-m", "sparkcdc.cli.main", *args], stdout=out, stderr=err,
+                                 text=True, env={**os.environ, **environment})
+        seen: set[str] = set()
+        deadline = time.monotonic() + 240
+        while child.poll() is None and time.monotonic() < deadline:
+            seen.add(subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(child.pid)], capture_output=True,
+                                    text=True).stdout.strip())
+            time.sleep(0.05)
+        if child.poll() is None:
+            child.kill()
+        child.wait()
+        out.seek(0)
+        err.seek(0)
+        result = subprocess.CompletedProcess(args, child.returncode, out.read(), err.read())
+    assert result.returncode == 0, (args[:2], result.stdout[-2000:], result.stderr[-3000:])
+    assert any("sparkcdc.cli.main" in line for line in seen), "ps never saw the command"
+    assert not _found(" ".join(seen)), (args[:2], _found(" ".join(seen)))
+    return result
 
 
 @pytest.fixture
@@ -91,8 +119,12 @@ def test_no_secret_in_logs_answers_command_lines_or_open_files(mariadb, mariadb_
                          {**rules, "consistent": {"level": "eventual", "storage": s3.uri("redo", "cf").replace(
                              S3_SECRET_KEY, REDO_SECRET)}}),
             "to-s3": (s3.uri("out", "cf", protocol="canal-json").replace(S3_SECRET_KEY, STORAGE_SECRET), rules),
+            # Rows over max-message-bytes go as their keys only: `consumer kafka` reads them upstream.
             "to-kafka": (f"kafka://{sasl_kafka.sasl_bootstrap}/secrets-topic?protocol=canal-json&sasl-user=cdcsink"
-                         f"&sasl-password={KAFKA_PASSWORD}&sasl-mechanism=PLAIN", rules),
+                         f"&sasl-password={KAFKA_PASSWORD}&sasl-mechanism=PLAIN&enable-tidb-extension=true"
+                         "&max-message-bytes=4096",
+                         {**rules, "sink": {"kafka_config": {"large_message_handle": {
+                             "large_message_handle_option": "handle-key-only"}}}}),
         }
         answers = [server.api("POST", "/api/v2/changefeeds", {"changefeed_id": changefeed_id, "sink_uri": sink_uri,
                                                               "replica_config": config})
@@ -103,6 +135,8 @@ def test_no_secret_in_logs_answers_command_lines_or_open_files(mariadb, mariadb_
         workload.run(60)
         with up.cursor() as cur:
             cur.execute(f"CREATE USER 'victim'@'%%' IDENTIFIED BY '{BINLOG_PASSWORD}'")
+            cur.execute(f"CREATE TABLE `{DATABASE}`.big (id INT PRIMARY KEY, body MEDIUMTEXT)")
+            cur.execute(f"INSERT INTO `{DATABASE}`.big VALUES (1, REPEAT('b', 9000)), (2, 'small')")
         workload.run(30)
         workload.finish()
         after_workload = int(time.time() * 1000) << 18  # a TSO every changefeed's checkpoint must pass
@@ -127,6 +161,41 @@ def test_no_secret_in_logs_answers_command_lines_or_open_files(mariadb, mariadb_
                                        check=True).stdout
         assert "sparkcdc.cli.main server" in command_lines and "org.apache.spark" in command_lines
         assert not _found(command_lines)
+
+        # The other commands take their MySQL passwords from a file or the environment, never from
+        # the command line, and work: each against real servers with password users.
+        sink_password_file = tmp_path / "sink-password"
+        sink_password_file.write_text(SINK_PASSWORD + "\n")
+        s3_environment = {"AWS_ACCESS_KEY_ID": s3.credentials["access-key"], "AWS_SECRET_ACCESS_KEY": STORAGE_SECRET}
+        sink_user = f"mysql://sinkuser@127.0.0.1:{downstream.port}/"
+        applied = run_unseen(["redo", "apply", "--storage", f"s3://redo/cf?endpoint={s3.endpoint}",
+                              "--tmp-dir", str(tmp_path / "redo-tmp"), "--sink-uri", sink_user,
+                              "--sink-password-file", str(sink_password_file)], s3_environment)
+        assert "applied" in applied.stdout
+        wait_tables_equal(up, downstream.connect(), DATABASE, TABLES + ["big"])
+
+        replayed = mariadb_factory()
+        with replayed.connect().cursor() as cur:
+            cur.execute("CREATE USER 'sinkuser'@'%%' IDENTIFIED BY %s", (SINK_PASSWORD,))
+            cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'sinkuser'@'%'")
+        replayed_user = f"mysql://sinkuser@127.0.0.1:{replayed.port}/"
+        run_unseen(["consumer", "storage", "--upstream-uri", f"s3://out/cf?endpoint={s3.endpoint}&protocol=canal-json",
+                    "--downstream-uri", replayed_user, "--once", "--checkpoint-file", str(tmp_path / "consumed")],
+                   {**s3_environment, "SPARKCDC_DOWNSTREAM_PASSWORD": SINK_PASSWORD})
+        wait_tables_equal(up, replayed.connect(), DATABASE, TABLES + ["big"], timeout=5)
+        with replayed.connect().cursor() as cur:
+            cur.execute(f"DROP DATABASE `{DATABASE}`")
+        run_unseen(["consumer", "kafka", "--upstream-uri",
+                    f"kafka://{sasl_kafka.bootstrap}/secrets-topic?protocol=canal-json&enable-tidb-extension=true",
+                    "--downstream-uri", replayed_user, "--downstream-password-file", str(sink_password_file),
+                    "--upstream-mysql-uri", f"mysql://cdcup@127.0.0.1:{mariadb.port}/", "--until-ts",
+                    str(after_workload)], {"SPARKCDC_UPSTREAM_MYSQL_PASSWORD": UPSTREAM_PASSWORD})
+        wait_tables_equal(up, replayed.connect(), DATABASE, TABLES + ["big"], timeout=5)
+
+        diff = run_unseen(["diff", "--source", f"mysql://cdcup@127.0.0.1:{mariadb.port}/",
+                           "--target", replayed_user, "--target-password-file", str(sink_password_file),
+                           "--filter", f"{DATABASE}.*"], {"SPARKCDC_SOURCE_PASSWORD": UPSTREAM_PASSWORD})
+        assert "equal" in diff.stdout.lower(), diff.stdout
     finally:
         server.stop()
 

@@ -9,9 +9,10 @@ import stat
 import pytest
 
 from sparkcdc.cli.logs import SecretMaskingFormatter, configure_logging
-from sparkcdc.cli.server_cmd import UPSTREAM_PASSWORD_ENV, make_private, upstream_uri
+from sparkcdc.cli.passwords import PasswordOption
+from sparkcdc.cli.server_cmd import UPSTREAM, make_private
 from sparkcdc.config.secrets import mask_document, mask_stored_value, mask_text
-from sparkcdc.errors import ErrUpstreamURIInvalid
+from sparkcdc.errors import ErrSinkURIInvalid, ErrUpstreamURIInvalid, SparkCDCError
 from sparkcdc.pipeline.planning import SourceOptions
 from sparkcdc.upstream.connection import UpstreamConfig
 
@@ -99,17 +100,60 @@ def _args(tmp_path, uri="mysql://cdc@127.0.0.1:3306/", password_file=None):
 
 
 def test_upstream_password_from_file_or_environment(tmp_path, monkeypatch):
+    env = UPSTREAM.environment_variable
+    assert env == "SPARKCDC_UPSTREAM_PASSWORD" and UPSTREAM.file_flag == "--upstream-password-file"
     secret = tmp_path / "pw"
     secret.write_text("f1le:pw@x\n")
-    monkeypatch.setenv(UPSTREAM_PASSWORD_ENV, "env-pw")
-    uri = upstream_uri(_args(tmp_path, password_file=str(secret)))
+    monkeypatch.setenv(env, "env-pw")
+    uri = UPSTREAM.uri(_args(tmp_path, password_file=str(secret)))
     assert UpstreamConfig.from_uri(uri).password == "f1le:pw@x"  # the flag wins over the environment
-    assert UPSTREAM_PASSWORD_ENV not in os.environ  # Spark's JVM and workers do not inherit it
+    assert env not in os.environ  # Spark's JVM and workers do not inherit it
 
-    monkeypatch.setenv(UPSTREAM_PASSWORD_ENV, "env-pw")
-    assert UpstreamConfig.from_uri(upstream_uri(_args(tmp_path))).password == "env-pw"
-    monkeypatch.setenv(UPSTREAM_PASSWORD_ENV, "env-pw")
-    assert upstream_uri(_args(tmp_path, uri="mysql://cdc:uri-pw@h:1/")) == "mysql://cdc:uri-pw@h:1/"
+    monkeypatch.setenv(env, "env-pw")
+    assert UpstreamConfig.from_uri(UPSTREAM.uri(_args(tmp_path))).password == "env-pw"
+    monkeypatch.setenv(env, "env-pw")
+    assert UPSTREAM.uri(_args(tmp_path, uri="mysql://cdc:uri-pw@h:1/")) == "mysql://cdc:uri-pw@h:1/"
+    assert env not in os.environ
+
+
+def test_every_command_with_a_mysql_uri_takes_its_password_from_a_file_or_the_environment(tmp_path, monkeypatch):
+    """One helper for all: each URI flag has --<name>-password-file and SPARKCDC_<NAME>_PASSWORD."""
+    from sparkcdc.cli import consumer_cmd, diff_cmd, redo_cmd, server_cmd
+    from sparkcdc.cli.main import build_parser
+
+    parser = build_parser()
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\n")
+    storage, kafka = ["consumer", "storage", "--upstream-uri", "f"], ["consumer", "kafka", "--upstream-uri", "k"]
+    cases = [  # (command line without the option, the option, its file flag and variable)
+        (storage, consumer_cmd.DOWNSTREAM, "--downstream-password-file", "SPARKCDC_DOWNSTREAM_PASSWORD"),
+        (kafka + ["--downstream-uri", "mysql://o@h/"], consumer_cmd.UPSTREAM_MYSQL,
+         "--upstream-mysql-password-file", "SPARKCDC_UPSTREAM_MYSQL_PASSWORD"),
+        (kafka, consumer_cmd.DOWNSTREAM, "--downstream-password-file", "SPARKCDC_DOWNSTREAM_PASSWORD"),
+        (["diff", "--target", "mysql://o@h/"], diff_cmd.SOURCE, "--source-password-file", "SPARKCDC_SOURCE_PASSWORD"),
+        (["diff", "--source", "mysql://o@h/"], diff_cmd.TARGET, "--target-password-file", "SPARKCDC_TARGET_PASSWORD"),
+        (["redo", "apply", "--storage", "file:///r"], redo_cmd.SINK, "--sink-password-file", "SPARKCDC_SINK_PASSWORD"),
+        (["server"], server_cmd.UPSTREAM, "--upstream-password-file", "SPARKCDC_UPSTREAM_PASSWORD"),
+    ]
+    for command, option, file_flag, env in cases:
+        assert (option.file_flag, option.environment_variable) == (file_flag, env)
+        args = parser.parse_args([*command, option.flag, "mysql://u@h:3306/", file_flag, str(secret)])
+        monkeypatch.setenv(env, "from-env")
+        assert UpstreamConfig.from_uri(option.uri(args)).password == "from-file"
+        assert env not in os.environ
+        args = parser.parse_args([*command, option.flag, "mysql://u@h:3306/"])
+        monkeypatch.setenv(env, "from-env")
+        assert UpstreamConfig.from_uri(option.uri(args)).password == "from-env"
+        args = parser.parse_args([*command, option.flag, "mysql://u:in-uri@h:3306/", file_flag, str(secret)])
+        with pytest.raises(SparkCDCError, match="given twice"):
+            option.uri(args)
+
+
+def test_a_password_file_without_its_uri_is_refused():
+    option = PasswordOption("downstream", ErrSinkURIInvalid)
+    args = argparse.Namespace(downstream_uri="", downstream_password_file="pw")
+    with pytest.raises(ErrSinkURIInvalid, match="--downstream-password-file is given without --downstream-uri"):
+        option.uri(args)
 
 
 @pytest.mark.parametrize("uri, content, words", [
@@ -122,7 +166,7 @@ def test_upstream_password_file_errors(tmp_path, uri, content, words):
     if content is not None:
         path.write_text(content)
     with pytest.raises(ErrUpstreamURIInvalid) as error:
-        upstream_uri(_args(tmp_path, uri=uri, password_file=str(path)))
+        UPSTREAM.uri(_args(tmp_path, uri=uri, password_file=str(path)))
     assert words in str(error.value) and "uri-pw" not in str(error.value)
 
 

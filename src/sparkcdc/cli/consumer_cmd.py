@@ -13,8 +13,14 @@ import threading
 from urllib.parse import parse_qsl, urlsplit
 
 from sparkcdc.cli.logs import add_log_format_argument, configure_logging
+from sparkcdc.cli.passwords import PasswordOption
 from sparkcdc.observability.progress import Progress
-from sparkcdc.errors import ErrSinkUnknownProtocol
+from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid, ErrUpstreamURIInvalid
+
+# --downstream-uri with --downstream-password-file / SPARKCDC_DOWNSTREAM_PASSWORD, and the Kafka
+# consumer's --upstream-mysql-uri with --upstream-mysql-password-file / SPARKCDC_UPSTREAM_MYSQL_PASSWORD.
+DOWNSTREAM = PasswordOption("downstream", ErrSinkURIInvalid)
+UPSTREAM_MYSQL = PasswordOption("upstream-mysql", ErrUpstreamURIInvalid)
 
 
 def register(subparsers) -> None:
@@ -25,7 +31,7 @@ def register(subparsers) -> None:
         "storage", help="replay a storage sink (s3://, gcs://, azblob://, file://) into mysql://")
     storage.add_argument("--upstream-uri", required=True,
                          help="the storage sink URI, with protocol=canal-json|csv and its credentials")
-    storage.add_argument("--downstream-uri", required=True, help="mysql:// or tidb:// sink URI")
+    DOWNSTREAM.add_arguments(storage, "mysql:// or tidb:// sink URI", required=True)
     storage.add_argument("--config", help="changefeed TOML the files were written with (csv options, ...)")
     storage.add_argument("--flush-interval", default="10s", help="how often to poll metadata (default %(default)s)")
     storage.add_argument("--start-ts", type=int, default=0,
@@ -39,16 +45,16 @@ def register(subparsers) -> None:
     kafka = kinds.add_parser("kafka", help="replay a Kafka sink's topics (canal-json, open-protocol, avro, simple) into mysql://")
     kafka.add_argument("--upstream-uri", required=True,
                        help="kafka://host:9092/topic?protocol=canal-json&enable-tidb-extension=true")
-    kafka.add_argument("--downstream-uri", required=True, help="mysql:// or tidb:// sink URI")
+    DOWNSTREAM.add_arguments(kafka, "mysql:// or tidb:// sink URI", required=True)
     kafka.add_argument("--config", help="changefeed TOML the topic was written with")
     kafka.add_argument("--topics", default="",
                        help="comma-separated topics to read instead of the default: the URI's topic and "
                             "every topic expression of the --config's [[sink.dispatchers]]")
     kafka.add_argument("--topic-regex", default="",
                        help="read every topic this regex matches in full (with --topics, those too)")
-    kafka.add_argument("--upstream-mysql-uri", default="",
-                       help="mysql://user:password@host:3306/ of the upstream database, to read the rows of "
-                            "handle-key-only large messages (their current values: MariaDB has no snapshot reads)")
+    UPSTREAM_MYSQL.add_arguments(kafka, "mysql://user@host:3306/ of the upstream database, to read the rows of "
+                                        "handle-key-only large messages (their current values: MariaDB has no "
+                                        "snapshot reads)", default="")
     kafka.add_argument("--group-id", default="", help="consumer group id (default sparkcdc-consumer-<topic>)")
     kafka.add_argument("--until-ts", type=int, help="exit once everything up to this commit-ts is applied")
     add_log_format_argument(kafka)
@@ -56,6 +62,7 @@ def register(subparsers) -> None:
 
 
 def run_kafka_consumer(args: argparse.Namespace) -> int:
+    downstream_uri, upstream_mysql_uri = DOWNSTREAM.uri(args), UPSTREAM_MYSQL.uri(args)
     from sparkcdc.config.replica import ReplicaConfig, parse_replica_config
     from sparkcdc.consumer.kafka_consumer import KafkaConsumer
     from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
@@ -71,8 +78,8 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
             config = parse_replica_config(handle.read())
     kafka_config = parse_kafka_sink_uri(args.upstream_uri, config)
     # The topic is read from its beginning on every start: every write is idempotent.
-    downstream = MySQLSink(args.downstream_uri, config, replicating_ts=2**63 - 1)
-    connection = connect(parse_mysql_sink_uri(args.downstream_uri, config), None)
+    downstream = MySQLSink(downstream_uri, config, replicating_ts=2**63 - 1)
+    connection = connect(parse_mysql_sink_uri(downstream_uri, config), None)
     cache: dict = {}
 
     def table_info(schema: str, table: str):
@@ -85,10 +92,10 @@ def run_kafka_consumer(args: argparse.Namespace) -> int:
         signal.signal(signum, lambda *_: stop.set())
     topics = [topic for topic in args.topics.split(",") if topic]
     upstream = None
-    if args.upstream_mysql_uri:
+    if upstream_mysql_uri:
         from sparkcdc.upstream.row_lookup import UpstreamRowReader
 
-        upstream_config = parse_mysql_sink_uri(args.upstream_mysql_uri, config)
+        upstream_config = parse_mysql_sink_uri(upstream_mysql_uri, config)
         upstream = UpstreamRowReader(lambda: connect(upstream_config, None))
     consumer = KafkaConsumer(kafka_config, downstream, table_info, cache.clear, args.group_id,
                              topics=topics, topic_regex=args.topic_regex,
@@ -113,6 +120,7 @@ def _protocol(upstream_uri: str, default: str) -> str:
 
 
 def run_storage_consumer(args: argparse.Namespace) -> int:
+    downstream_uri = DOWNSTREAM.uri(args)
     from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, parse_replica_config
     from sparkcdc.config.sink_uri import mask_sink_uri
     from sparkcdc.consumer.storage_consumer import (
@@ -142,11 +150,11 @@ def run_storage_consumer(args: argparse.Namespace) -> int:
     # Transactions up to the storage checkpoint may already be downstream after a restart:
     # the sink writes them idempotently.
     replicating_ts = checkpoint_ts(args.upstream_uri)
-    downstream = MySQLSink(args.downstream_uri, config, replicating_ts=replicating_ts)
+    downstream = MySQLSink(downstream_uri, config, replicating_ts=replicating_ts)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    mysql_config = parse_mysql_sink_uri(args.downstream_uri, config)
+    mysql_config = parse_mysql_sink_uri(downstream_uri, config)
     upstream = upstream_identity(args.upstream_uri)
     # The checkpoint survives restarts, so a restarted consumer does not replay from the start.
     store = (FileCheckpointStore(args.checkpoint_file, upstream) if args.checkpoint_file

@@ -14,9 +14,13 @@ import json
 import sys
 
 from sparkcdc.cli.logs import add_log_format_argument, configure_logging
-from sparkcdc.errors import SparkCDCError
+from sparkcdc.cli.passwords import PasswordOption
+from sparkcdc.errors import ErrSinkURIInvalid, ErrUpstreamURIInvalid, SparkCDCError
 
 EXIT_EQUAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+# --source / --target with --source-password-file / SPARKCDC_SOURCE_PASSWORD and the same for target.
+SOURCE = PasswordOption("source", ErrUpstreamURIInvalid, "--source")
+TARGET = PasswordOption("target", ErrSinkURIInvalid, "--target")
 
 
 def register(subparsers) -> None:
@@ -24,8 +28,8 @@ def register(subparsers) -> None:
         "diff", help="compare tables between two MySQL-compatible endpoints by chunked checksums",
         description="Compare tables between two MySQL/MariaDB/TiDB endpoints. Exit code 0 when equal, "
                     "1 when they differ, 2 on errors.")
-    parser.add_argument("--source", required=True, help="mysql:// URI of the reference side (the upstream)")
-    parser.add_argument("--target", required=True, help="mysql:// URI of the side to check (the downstream)")
+    SOURCE.add_arguments(parser, "mysql:// URI of the reference side (the upstream)", required=True)
+    TARGET.add_arguments(parser, "mysql:// URI of the side to check (the downstream)", required=True)
     parser.add_argument("--filter", action="append", default=None, metavar="RULE",
                         help="table filter rule as in a changefeed's [filter] rules; repeatable "
                              "(default '*.*'; system schemas are never compared)")
@@ -50,8 +54,9 @@ def run_diff(args: argparse.Namespace) -> int:
     options = DiffOptions(filter_rules=tuple(args.filter or ["*.*"]), case_sensitive=args.case_sensitive,
                           chunk_size=args.chunk_size, max_reported_rows=args.max_reported_rows)
     try:
+        source, target = SOURCE.uri(args), TARGET.uri(args)
         progress = Progress("diff", unit="rows")
-        report = diff_endpoints(args.source, args.target, options, rows_progress=progress)
+        report = diff_endpoints(source, target, options, rows_progress=progress)
         progress.finish()
     except SparkCDCError as exc:
         print(f"Error: {exc}", file=sys.stderr)

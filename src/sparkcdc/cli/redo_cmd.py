@@ -13,6 +13,11 @@ from __future__ import annotations
 import argparse
 
 from sparkcdc.cli.logs import add_log_format_argument, configure_logging
+from sparkcdc.cli.passwords import PasswordOption
+from sparkcdc.errors import ErrSinkURIInvalid
+
+# --sink-uri with --sink-password-file / SPARKCDC_SINK_PASSWORD.
+SINK = PasswordOption("sink", ErrSinkURIInvalid)
 
 
 def register(subparsers) -> None:
@@ -33,7 +38,7 @@ def register(subparsers) -> None:
                                 description="Apply rows and DDLs with checkpoint-ts < commit-ts <= resolved-ts "
                                             "to the downstream, idempotently.")
     common(apply)
-    apply.add_argument("--sink-uri", required=True, help="mysql:// or tidb:// URI of the downstream")
+    SINK.add_arguments(apply, "mysql:// or tidb:// URI of the downstream", required=True)
     apply.set_defaults(func=run_apply)
     meta = commands.add_parser("meta", help="print the redo log's checkpoint-ts and resolved-ts")
     common(meta)
@@ -54,22 +59,22 @@ def run_apply(args: argparse.Namespace) -> int:
     from sparkcdc.config.replica import ReplicaConfig
     from sparkcdc.config.sink_uri import mask_sink_uri
     from sparkcdc.sink.registry import classify_sink_uri
-    from sparkcdc.errors import ErrSinkURIInvalid
     from sparkcdc.redo.applier import apply_steps
     from sparkcdc.redo.reader import RedoReader
     from sparkcdc.redo.storage import RedoStorage
     from sparkcdc.observability.progress import Progress
 
     configure_logging(args.log_level, log_format=args.log_format)
-    if classify_sink_uri(args.sink_uri) != "mysql":
-        raise ErrSinkURIInvalid(f"redo apply writes to a MySQL-compatible downstream; {mask_sink_uri(args.sink_uri)!r} "
+    sink_uri = SINK.uri(args)
+    if classify_sink_uri(sink_uri) != "mysql":
+        raise ErrSinkURIInvalid(f"redo apply writes to a MySQL-compatible downstream; {mask_sink_uri(sink_uri)!r} "
                                 "is not a mysql:// or tidb:// URI")
     from sparkcdc.sink.mysql.sink import MySQLSink
 
     reader = RedoReader(RedoStorage.from_uri(args.storage), args.tmp_dir or None)
     meta = reader.effective_meta()
     # Every transaction at or below replicating_ts is written idempotently: all of them here.
-    with MySQLSink(args.sink_uri, ReplicaConfig(), replicating_ts=2**64 - 1) as sink:
+    with MySQLSink(sink_uri, ReplicaConfig(), replicating_ts=2**64 - 1) as sink:
         result = apply_steps(reader.steps(meta), sink, meta, Progress("redo apply", unit="rows"))
     print(f"applied {result.rows} row changes and {result.ddls} DDLs; the downstream is at resolved-ts "
           f"{result.resolved_ts} (checkpoint-ts was {result.checkpoint_ts})")

@@ -11,12 +11,13 @@ import sys
 import threading
 
 from sparkcdc.cli.logs import add_log_format_argument, configure_logging
-from sparkcdc.errors import SparkCDCError
+from sparkcdc.cli.passwords import PasswordOption
+from sparkcdc.errors import ErrUpstreamURIInvalid, SparkCDCError
 from sparkcdc.upstream.native_decode import decoder_description
 
 
-# The upstream password, when neither --upstream-uri nor --upstream-password-file gives one.
-UPSTREAM_PASSWORD_ENV = "SPARKCDC_UPSTREAM_PASSWORD"
+# --upstream-uri, --upstream-password-file, SPARKCDC_UPSTREAM_PASSWORD.
+UPSTREAM = PasswordOption("upstream", ErrUpstreamURIInvalid)
 
 
 def register(subparsers) -> None:
@@ -28,14 +29,9 @@ def register(subparsers) -> None:
     )
     parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s)")
     parser.add_argument("--data-dir", default="./cdc-data", help="metadata, transaction index and Spark state (default %(default)s)")
-    parser.add_argument("--upstream-uri", required=True,
-                        help="the upstream MariaDB/MySQL, e.g. mysql://cdc@127.0.0.1:3306/, or the servers of a replication "
-                             "topology, mysql://cdc@db1:3306,db2:3306/: the primary is followed, and a promoted replica "
-                             "after a failover (docs/failover.md). A password written here "
-                             "shows in `ps` to every local user: give it with --upstream-password-file or "
-                             f"{UPSTREAM_PASSWORD_ENV} instead")
-    parser.add_argument("--upstream-password-file", default=None, metavar="PATH",
-                        help="read the upstream password from this file (one line; keep it mode 0600)")
+    UPSTREAM.add_arguments(parser, "the upstream MariaDB/MySQL, e.g. mysql://cdc@127.0.0.1:3306/, or the servers of a "
+                                   "replication topology, mysql://cdc@db1:3306,db2:3306/: the primary is followed, and "
+                                   "a promoted replica after a failover (docs/failover.md)", required=True)
     parser.add_argument("--cluster-id", default="default", help="captures with the same etcd and cluster id form one cluster")
     parser.add_argument("--pd", default="", metavar="URL",
                         help="etcd endpoint for cluster metadata, e.g. http://127.0.0.1:2379 (TiCDC's flag name); "
@@ -149,32 +145,6 @@ def _security(args: argparse.Namespace):
     return security
 
 
-def upstream_uri(args: argparse.Namespace) -> str:
-    """--upstream-uri with its password from --upstream-password-file, else from
-    SPARKCDC_UPSTREAM_PASSWORD when the URI has none: flags first, then the environment, as TiCDC."""
-    from sparkcdc.errors import ErrUpstreamURIInvalid
-    from sparkcdc.upstream.connection import UpstreamConfig, with_password
-
-    from_environment = os.environ.pop(UPSTREAM_PASSWORD_ENV, None)  # Spark's JVM and workers need not inherit it
-    has_password = bool(UpstreamConfig.from_uri(args.upstream_uri).password)
-    if args.upstream_password_file:
-        if has_password:
-            raise ErrUpstreamURIInvalid("the upstream password is given twice, in --upstream-uri and in "
-                                        "--upstream-password-file: remove it from --upstream-uri")
-        path = args.upstream_password_file
-        try:
-            with open(path, encoding="utf-8") as f:
-                password = f.read().rstrip("\r\n")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ErrUpstreamURIInvalid(f"cannot read --upstream-password-file {path}: {exc}") from None
-        if not password:
-            raise ErrUpstreamURIInvalid(f"--upstream-password-file {path} is empty; write the password on its first line")
-        return with_password(args.upstream_uri, password)
-    if from_environment and not has_password:
-        return with_password(args.upstream_uri, from_environment)
-    return args.upstream_uri
-
-
 def make_private(path: str, directory: bool) -> None:
     """Create `path` for this user only (0700 directory / 0600 file), or take group and other
     access away from an existing one: it holds sink URIs with passwords and binlog statements."""
@@ -213,7 +183,7 @@ def run_server(args: argparse.Namespace) -> int:
             CaptureOptions(
                 addr=args.addr,
                 data_dir=args.data_dir,
-                upstream_uri=upstream_uri(args),
+                upstream_uri=UPSTREAM.uri(args),
                 cluster_id=args.cluster_id,
                 spark_master=spark_master,
                 spark_remote=spark_remote,
