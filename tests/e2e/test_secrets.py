@@ -26,7 +26,9 @@ from urllib.parse import quote
 
 import pytest
 
+from sparkcdc.consumer.storage_reader import checkpoint_ts as storage_checkpoint_ts
 from sparkcdc.testing.compare import wait_tables_equal
+from sparkcdc.testing.ha import wait_until
 from sparkcdc.testing.emulators import S3_SECRET_KEY, EmulatorNotInstalled, start_emulator
 from sparkcdc.testing.kafka import KafkaBroker, KafkaNotInstalled, read_topic
 from sparkcdc.testing.server_process import ServerProcess
@@ -179,6 +181,9 @@ def test_no_secret_in_logs_answers_command_lines_or_open_files(mariadb, mariadb_
             cur.execute("CREATE USER 'sinkuser'@'%%' IDENTIFIED BY %s", (SINK_PASSWORD,))
             cur.execute("GRANT ALL PRIVILEGES ON *.* TO 'sinkuser'@'%'")
         replayed_user = f"mysql://sinkuser@127.0.0.1:{replayed.port}/"
+        # `--once` applies what the storage checkpoint (its metadata file, written every flush) covers.
+        wait_until(lambda: storage_checkpoint_ts(s3.uri("out", "cf")) >= after_workload, 120,
+                   "the storage sink's metadata checkpoint to pass the workload")
         run_unseen(["consumer", "storage", "--upstream-uri", f"s3://out/cf?endpoint={s3.endpoint}&protocol=canal-json",
                     "--downstream-uri", replayed_user, "--once", "--checkpoint-file", str(tmp_path / "consumed")],
                    {**s3_environment, "SPARKCDC_DOWNSTREAM_PASSWORD": SINK_PASSWORD})

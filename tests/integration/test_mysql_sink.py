@@ -11,7 +11,7 @@ import pytest
 from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.model.events import DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import compose
-from sparkcdc.pipeline.netting import net_changes_per_key
+from sparkcdc.model.netting import net_changes_per_key
 from sparkcdc.sink.registry import parse_sink_spec
 from sparkcdc.sink.mysql.connection import RetryPolicy
 from sparkcdc.sink.mysql.sink import MySQLSink

@@ -210,3 +210,29 @@ def test_enum_members_carry_over_an_alter_that_does_not_repeat_them(tmp_path):
     sink.write_checkpoint(ts(4))
     rows = rebuild_tables(str(tmp_path / "out"), "canal-json")[("shopdb", "members")]
     assert sorted(r["tier"] for r in rows.values()) == ["basic", "gold"]
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "csv"])
+def test_transactions_without_their_own_commit_ts_apply_in_order(mariadb, s3, protocol, tmp_path):
+    """Canal-json without the TiDB extension gives a row only its millisecond, csv without
+    include-commit-ts nothing: transactions of one millisecond (one file) share a commit-ts, and
+    the consumer must still apply them in order (an insert then a delete of one key leaves none)."""
+    bucket = f"tick-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(bucket)
+    sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=False)
+    uri = s3.uri(bucket, "cdc", protocol=protocol)
+    with mariadb.connect() as connection, connection.cursor() as cursor:
+        cursor.execute("DROP DATABASE IF EXISTS shopdb")
+    table = TableInfo("shopdb", "items", 1, COLUMNS, ts(1), handle_key=("id",))
+    sink = StorageSink(uri, sink_config, lambda: DAY)
+    sink.write_ddl(DDLEvent(ts(0), "shopdb", "", "CREATE DATABASE shopdb", "create database"))
+    sink.write_ddl(DDLEvent(ts(1), "shopdb", "items", CREATE, "create table", table_info=table))
+    five, six = ("5", "plum", "5.00", None), ("6", "kiwi", "6.00", None)
+    tick = ts(2)  # three transactions in one millisecond: logical parts 0, 1, 2
+    sink.write_rows(table, [change(tick, "insert", after=five), change(tick, "insert", after=six, seq=1)])
+    sink.write_rows(table, [change(tick + 1, "update", before=six, after=six[:1] + ("lime",) + six[2:])])
+    sink.write_rows(table, [change(tick + 2, "delete", before=five)])
+    sink.write_checkpoint(tick + 2)
+    command = ["consumer", "storage", "--upstream-uri", uri, "--downstream-uri", mariadb.uri, "--once"]
+    assert main(command) == 0
+    assert downstream_rows(mariadb, with_note=False) == [(6, "lime", "6.00", None)]

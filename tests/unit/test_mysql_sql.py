@@ -6,7 +6,7 @@ import pymysql
 import pytest
 
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
-from sparkcdc.pipeline.netting import net_changes_per_key
+from sparkcdc.model.netting import net_changes_per_key
 from sparkcdc.sink.mysql.sql import (
     RESET_TIMESTAMP,
     PlanOptions,

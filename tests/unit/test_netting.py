@@ -3,7 +3,7 @@
 from hypothesis import given, strategies as st
 
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
-from sparkcdc.pipeline.netting import net_changes_per_key
+from sparkcdc.model.netting import net_changes_per_key
 
 TABLE = TableInfo("db", "t", 1, (ColumnInfo("id", "int", is_primary_key=True), ColumnInfo("v", "int")),
                   1, ("id",))

@@ -50,6 +50,7 @@ from sparkcdc.consumer.storage_reader import (
 )
 from sparkcdc.errors import ErrStorageIO
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
+from sparkcdc.model.netting import net_changes_per_key
 from sparkcdc.observability.progress import Progress
 from sparkcdc.schema.parser import quote_identifier
 from sparkcdc.sink.mysql.connection import close_quietly
@@ -471,7 +472,10 @@ class StorageConsumer:
                 op = change.op if not (change.op == "update" and before is None) else "insert"
                 rows.append(RowChange(commit_ts, schema, table, op, before=before, after=after, seq=seq))
             if rows:
-                self._downstream.write_rows(info, rows)
+                # One change per key per commit-ts, as the sink takes transactions. Rows without a
+                # commit-ts of their own (canal-json without the TiDB extension: milliseconds; csv
+                # without include-commit-ts: the table version) share one across transactions.
+                self._downstream.write_rows(info, net_changes_per_key(info, rows))
                 self.rows_applied += len(rows)
             applied = newest
         self._applied[(schema, table)] = applied

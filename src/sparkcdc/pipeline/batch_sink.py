@@ -42,7 +42,8 @@ from sparkcdc import failpoint
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, RANGE_MARKER, batch_bounds, runs_of_equal
 from sparkcdc.model.events import DDLEvent, OrderedTransaction, RowChange, TableInfo
-from sparkcdc.pipeline.netting import net_changes_per_key, transactions_netting_changes
+from sparkcdc.model.netting import net_changes_per_key
+from sparkcdc.pipeline.netting import transactions_netting_changes
 from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
 from sparkcdc.schema.bdr import bdr_ddls
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls

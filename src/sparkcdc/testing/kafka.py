@@ -194,20 +194,26 @@ class RecordingDownstream:
         self.flushes += 1
 
 
-def read_topic(bootstrap: str, topic: str) -> dict[int, list]:
-    """Every message of `topic` by partition, read from the beginning until 3 idle seconds."""
+def read_topic(bootstrap: str, topic: str, timeout: float = 60.0) -> dict[int, list]:
+    """Every message of `topic` by partition, from the beginning to each partition's end at the
+    call (a changefeed with the TiDB extension writes watermarks while idle: no idle moment comes)."""
     from confluent_kafka import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "check", "enable.auto.commit": False})
     partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
     consumer.assign([TopicPartition(topic, p, 0) for p in partitions])
     out: dict[int, list] = {p: [] for p in partitions}
-    idle = 0
-    while idle < 3:
-        batch = consumer.consume(1000, 1.0)
-        idle = idle + 1 if not batch else 0
-        for message in batch:
-            out[message.partition()].append(message)
+    deadline = time.monotonic() + timeout
+    assigned = [TopicPartition(topic, p) for p in partitions if ends[p] > 0]
+    # The consumer's position passes control records (transaction markers) too, which no message shows.
+    while assigned and any(tp.offset < ends[tp.partition] for tp in consumer.position(assigned)):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"read {({p: len(m) for p, m in out.items()})} messages of {topic}, "
+                               f"to offsets {ends}")
+        for message in consumer.consume(1000, 1.0):
+            if message.error() is None and message.offset() < ends[message.partition()]:
+                out[message.partition()].append(message)
     consumer.close()
     return out
 
