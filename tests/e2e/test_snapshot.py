@@ -206,8 +206,7 @@ def test_storage_files_rebuild_the_upstream(copied):
 
 def test_kafka_topic_rebuilds_the_upstream(copied):
     server, up, downstreams, _, consumer = copied
-    # The Kafka consumer's rebuild of the keyless table differs (its replay of keyless rows, open).
-    assert_equal(up, downstreams["kafka"].connect(), keyless=False)
+    assert_equal(up, downstreams["kafka"].connect())
     assert not consumer.errors, consumer.errors
 
 

@@ -60,8 +60,12 @@ class Recorder:
         pass
 
 
+def as_sent(info, name, raw):
+    return raw
+
+
 def row(ts, table, value):
-    return RowEvent(ts, "db", table, "insert", None, (("id", value),), lambda info, name, raw: raw)
+    return RowEvent(ts, "db", table, "insert", None, (("id", value),), as_sent)  # equal rows are equal events
 
 
 def test_rows_of_several_topics_wait_for_the_lowest_watermark_and_respect_ddl_barriers():
@@ -97,3 +101,63 @@ def test_stall_fires_only_when_nothing_is_acknowledged_for_the_limit():
     assert not stall.update(90)
     now[0] = 19.5
     assert stall.update(95)  # more waiting is not progress
+
+
+def applied_rows(merger, recorder, *partitions):
+    for events in partitions:
+        merger.add("t", 0, events)
+    merger.apply_resolved()
+    return [entry[2:] for entry in recorder.log if entry[0] == "row"]
+
+
+def keyless_merger():
+    recorder = Recorder()
+    return EventMerger(recorder, lambda s, t: TableInfo("db", t, 1, TABLE.columns, 1, ())), recorder
+
+
+def test_equal_rows_of_one_transaction_are_all_applied():
+    # A table without a key: two equal rows are two rows (an initial snapshot's copy often has them).
+    merger, recorder = keyless_merger()
+    assert applied_rows(merger, recorder, [row(10, "a", "1"), row(10, "a", "1"), row(10, "a", "2"),
+                                           row(20, "a", "1"), ("watermark", 30)]) == \
+        [(10, ("1",)), (10, ("1",)), (10, ("2",)), (20, ("1",))]
+
+
+def test_a_restarted_changefeeds_resent_rows_count_once():
+    # Sent up to watermark 20, then part of the next batch; the restart from checkpoint 5 sends all after it again.
+    merger, recorder = keyless_merger()
+    first = [row(10, "a", "1"), ("watermark", 20), row(30, "a", "x"), row(30, "a", "x")]
+    again = [row(10, "a", "1"), ("watermark", 20), row(30, "a", "x"), row(30, "a", "x"), row(30, "a", "y"),
+             row(35, "a", "z"), ("watermark", 40)]
+    assert applied_rows(merger, recorder, first, again) == \
+        [(10, ("1",)), (30, ("x",)), (30, ("x",)), (30, ("y",)), (35, ("z",))]
+
+
+def test_a_transaction_sent_again_replaces_its_first_run():
+    # The restart began at watermark 20 itself: nothing below it comes again, only the run at 30 does.
+    merger, recorder = keyless_merger()
+    assert applied_rows(merger, recorder, [("watermark", 20), row(30, "a", "x"), row(30, "b", "q")],
+                        [row(30, "a", "x"), row(30, "a", "x"), row(30, "b", "q"), ("watermark", 40)]) == \
+        [(30, ("x",)), (30, ("x",)), (30, ("q",))]
+
+
+def test_pieces_of_a_large_transaction_are_kept_and_a_lower_watermark_drops_the_buffer():
+    merger, recorder = keyless_merger()
+    # A large transaction at 30: its first piece, the watermark 29 that ends that batch, its second piece.
+    assert applied_rows(merger, recorder, [("watermark", 20), row(30, "a", "x"), ("watermark", 29),
+                                           row(30, "a", "x"), row(30, "a", "y"), ("watermark", 40)]) == \
+        [(30, ("x",)), (30, ("x",)), (30, ("y",))]
+    merger, recorder = keyless_merger()
+    # A changefeed resumed at an earlier checkpoint (overwrite-checkpoint-ts): its watermark falls back.
+    assert applied_rows(merger, recorder, [("watermark", 20), row(30, "a", "partial")],
+                        [("watermark", 15), row(30, "a", "whole"), ("watermark", 40)]) == [(30, ("whole",))]
+
+
+def test_a_restart_is_recognised_once_while_its_batch_mixes_tables():
+    # Batch (5, 20] then part of (20, 40]; the restart from 5 sends (5, 40] as one batch, table by table.
+    merger, recorder = keyless_merger()
+    first = [row(10, "a", "1"), row(15, "b", "2"), ("watermark", 20), row(30, "a", "x")]
+    again = [row(10, "a", "1"), row(30, "a", "x"), row(30, "a", "y"), row(15, "b", "2"), row(35, "b", "3"),
+             ("watermark", 40)]
+    assert applied_rows(merger, recorder, first, again) == \
+        [(10, ("1",)), (30, ("x",)), (30, ("y",)), (15, ("2",)), (35, ("3",))]  # table a's rows, then b's

@@ -3,10 +3,19 @@
 Per partition of every topic read, row events are buffered and the partition's watermark (resolved/watermark
 events) is tracked; the consumer's resolved ts is the minimum over all partitions. When it
 advances, buffered DDLs and rows up to it are applied in commit-ts order: rows before a DDL,
-then the DDL, then the rest; then the downstream is flushed. Replays are dropped: rows at or
-below their partition's watermark, and exact copies of a row already buffered. Every write
-is idempotent (the MySQL sink's replay mode), because a restarted consumer reads the topic
-from the beginning.
+then the DDL, then the rest; then the downstream is flushed. Every write is idempotent (the
+MySQL sink's replay mode), because a restarted consumer reads the topic from the beginning.
+
+Replays of a restarted changefeed (at-least-once) are dropped by the shape of the stream, never
+by comparing rows: two equal rows in one transaction are two rows (a table without a key, an
+initial snapshot's copy of one). Within one run of the sink, each partition gets a table's rows
+of one transaction as one contiguous run (pieces of a large transaction: one run per piece, a
+watermark of commit-ts - 1 between them) and watermarks that only grow. So, per partition:
+- a row at or below the watermark, or a watermark below it, means the changefeed restarted
+  from an earlier checkpoint and sends everything after it again: the row is dropped, and so is
+  every row buffered (all above the watermark, all sent again);
+- a second run of a table's transaction (not the next piece) is that transaction sent again:
+  it replaces the first run.
 
 Large messages (large-message-handle-option): a claim-check message is replaced by the full
 message read from claim-check-storage-uri; a handle-key-only row gets its other columns from
@@ -71,12 +80,69 @@ class DDLMessage:
     query: str
 
 
+RunKey = tuple[str, str, int]  # (schema, table, commit-ts): one table's rows of one transaction
+
+
+def _run_key(row: "RowEvent") -> RunKey:
+    return row.schema, row.table, row.commit_ts
+
+
 @dataclass
 class _Partition:
     watermark: int = 0
-    rows: list = field(default_factory=list)
-    seen: set = field(default_factory=set)
+    rows: list = field(default_factory=list)  # buffered RowEvents, in arrival order
+    # Runs of buffered rows, each True once the watermark just below it came after it (the next
+    # run of the transaction is its next piece, not a replay).
+    runs: dict[RunKey, bool] = field(default_factory=dict)
+    run: Optional[RunKey] = None  # the run the last row continued; None after a watermark
+    resending: bool = False  # the changefeed resends what the watermark covers (until it passes it)
     tombstones: list = field(default_factory=list)  # deletes waiting for a commit-ts
+
+    def buffer(self, row: "RowEvent") -> None:
+        key = _run_key(row)
+        if self.run != key:
+            if key in self.runs and not self.runs[key]:
+                # The transaction's rows again, not its next piece: a restarted changefeed sends them all.
+                self.rows = [buffered for buffered in self.rows if _run_key(buffered) != key]
+            self.runs[key] = False
+            self.run = key
+        self.rows.append(row)
+
+    def restarted(self) -> None:
+        """The changefeed sends everything after an earlier checkpoint again: forget the rows
+        buffered above the watermark (those below it are whole; their copies are dropped). Once
+        per restart: until its watermark passes this one, its rows (a batch holds several tables'
+        rows, so their commit-ts go up and down) above the watermark are new."""
+        if self.resending:
+            return
+        self.resending = True
+        resent = [row for row in self.rows if row.commit_ts > self.watermark]
+        if resent:
+            log.info("kafka consumer: the changefeed restarted from an earlier checkpoint; %d buffered rows will "
+                     "come again", len(resent))
+            self.rows = [row for row in self.rows if row.commit_ts <= self.watermark]
+        self.runs = {key: ended for key, ended in self.runs.items() if key[2] <= self.watermark}
+        self.run = None
+
+    def advance(self, watermark: int) -> None:
+        if watermark < self.watermark:
+            self.restarted()
+            return
+        if watermark > self.watermark:
+            self.resending = False
+        self.watermark = watermark
+        self.run = None
+        for key in self.runs:
+            if key[2] == watermark + 1:
+                self.runs[key] = True  # a large transaction's piece ended here
+
+    def take(self, resolved: int) -> list:
+        """The buffered rows at or below `resolved`, in arrival order."""
+        ready = [row for row in self.rows if row.commit_ts <= resolved]
+        if ready:
+            self.rows = [row for row in self.rows if row.commit_ts > resolved]
+            self.runs = {key: ended for key, ended in self.runs.items() if key[2] > resolved}
+        return ready
 
 
 def ddl_type_of(query: str, table: str) -> str:
@@ -306,28 +372,25 @@ class EventMerger:
             if state.tombstones:
                 self._settle_tombstones(state, event[1] if isinstance(event, tuple) else event.commit_ts)
             if isinstance(event, tuple):
-                state.watermark = max(state.watermark, event[1])
+                state.advance(event[1])
             elif isinstance(event, DDLMessage):
                 if event.commit_ts > self.applied_ts:
                     self._ddls.setdefault((event.commit_ts, event.query), event)
-            elif event.commit_ts <= state.watermark or event.commit_ts <= self.applied_ts:
-                continue  # a replay of something the watermark already covered
-            elif event in state.seen:
-                continue  # the same row sent twice (at-least-once)
+            elif event.commit_ts <= state.watermark:
+                state.restarted()  # a replay of what the watermark covered: the rest comes again too
+            elif event.commit_ts <= self.applied_ts:
+                continue  # applied already (a partition that joined late)
             else:
-                state.seen.add(event)
-                state.rows.append(event)
+                state.buffer(event)
 
     def _settle_tombstones(self, state: _Partition, commit_ts: int) -> None:
         """Deletes without commit-ts take the next event's: no later than their own, and order kept."""
         tombstones, state.tombstones = state.tombstones, []
-        if commit_ts <= self.applied_ts:
-            return  # replays of deletes already applied
+        if commit_ts <= state.watermark:
+            return  # replays of deletes already covered
         for event in tombstones:
-            row = RowEvent(commit_ts, event.schema, event.table, event.op, event.before, event.after, event.convert)
-            if row not in state.seen:
-                state.seen.add(row)
-                state.rows.append(row)
+            state.buffer(RowEvent(commit_ts, event.schema, event.table, event.op, event.before, event.after,
+                                  event.convert))
 
     @property
     def resolved_ts(self) -> int:
@@ -341,11 +404,7 @@ class EventMerger:
             return self.applied_ts
         ready: list[RowEvent] = []
         for state in self._partitions.values():
-            keep = []
-            for row in state.rows:
-                (ready if row.commit_ts <= resolved else keep).append(row)
-            state.rows = keep
-            state.seen = set(keep)
+            ready.extend(state.take(resolved))
         ready.sort(key=lambda r: r.commit_ts)  # stable: per-partition order within a commit-ts
         ddls = sorted((d for d in self._ddls.values() if d.commit_ts <= resolved), key=lambda d: d.commit_ts)
         position = 0
