@@ -20,6 +20,7 @@ import pymysql
 import pytest
 
 from sparkcdc.testing.compare import wait_tables_equal
+from sparkcdc.testing.etcd import EtcdServer, etcd_binary
 from sparkcdc.testing.ha import wait_until
 from sparkcdc.testing.mariadb import MariaDBServer
 from sparkcdc.testing.server_process import ServerProcess
@@ -123,8 +124,8 @@ class Writer:
     `ledger` (one row per number: a transaction applied twice downstream shows as a count of 2),
     in a thread, until stopped or until the server it writes to dies."""
 
-    def __init__(self, server: MariaDBServer, seed: int):
-        self.workload = Workload(server.connect(), FAILOVER_DB, seed=seed)
+    def __init__(self, server: MariaDBServer, seed: int, database: str = FAILOVER_DB):
+        self.workload = Workload(server.connect(), database, seed=seed)
         self.next = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -140,7 +141,7 @@ class Writer:
         try:
             while not self._stop.is_set():
                 self.workload.run(1)
-                self.workload._exec(f"INSERT INTO `{FAILOVER_DB}`.ledger VALUES (%s, 'w')", (self.next,))
+                self.workload._exec(f"INSERT INTO `{self.workload.database}`.ledger VALUES (%s, 'w')", (self.next,))
                 self.next += 1
                 time.sleep(0.02)
         except pymysql.err.MySQLError:
@@ -152,9 +153,15 @@ class Writer:
             self._thread.join(timeout=60)
 
 
-def ledger_counts(conn) -> dict[int, int]:
+    def create_tables(self) -> None:
+        """The workload's tables and the keyless ledger."""
+        self.workload.create_tables()
+        self.workload._exec(f"CREATE TABLE `{self.workload.database}`.ledger (n INT NOT NULL, note VARCHAR(8))")
+
+
+def ledger_counts(conn, database: str = FAILOVER_DB) -> dict[int, int]:
     with conn.cursor() as cur:
-        cur.execute(f"SELECT n, COUNT(*) FROM `{FAILOVER_DB}`.ledger GROUP BY n")
+        cur.execute(f"SELECT n, COUNT(*) FROM `{database}`.ledger GROUP BY n")
         return {int(n): int(count) for n, count in cur.fetchall()}
 
 
@@ -207,8 +214,7 @@ def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstrea
         server.cli("changefeed", "create", "-c", "to-files", "--config", str(config),
                    "--sink-uri", f"file://{root}?protocol=canal-json&enable-tidb-extension=true")
         poller.start()
-        writer.workload.create_tables()  # replicated: after the changefeeds' start
-        writer.workload._exec(f"CREATE TABLE `{FAILOVER_DB}`.ledger (n INT NOT NULL, note VARCHAR(8))")  # no key
+        writer.create_tables()  # replicated: after the changefeeds' start
         writer.on(old)
         time.sleep(8)
         server.cli("changefeed", "pause", "-c", "to-files")  # behind from here: it catches up on the new primary
@@ -253,3 +259,74 @@ def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstrea
         print(f"failover: replicated {followed if 'followed' in dir() else -1:.0f}s after the kill, total "
               f"{time.monotonic() - began:.0f}s, load average {os.getloadavg()[0]:.1f}")
         server.stop()
+
+
+CLUSTER_DB = "e2e_failover_cluster"
+
+
+@pytest.mark.skipif(etcd_binary() is None, reason="etcd-server is not installed (scripts/setup.sh)")
+def test_every_capture_of_a_cluster_follows_the_failover(downstream, tmp_path, tmp_path_factory, monkeypatch):
+    """Cluster mode: two captures on one etcd, each with its own puller and index over the
+    topology. The primary is killed and a replica promoted under a workload; then the capture that
+    runs the changefeed stops, and the other one, which followed the failover on its own, takes the
+    changefeed over at the checkpoint the first one wrote (found in its own index by GTID)."""
+    from sparkcdc.testing.ha import HACluster
+
+    began = time.monotonic()
+    # Two Spark JVMs on 2 cores: the client compiler and the serial collector halve their start.
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    old = MariaDBServer(str(tmp_path_factory.mktemp("cluster-primary")), extra_config=HA).start()
+    new = MariaDBServer(str(tmp_path_factory.mktemp("cluster-replica")),
+                        extra_config={**HA, "server-id": "2"}).start()
+    new.replicate_from(old)
+    etcd = EtcdServer(str(tmp_path / "etcd")).start()
+    uri = f"mysql://root@127.0.0.1:{old.port},127.0.0.1:{new.port}/"
+    servers = [ServerProcess(str(tmp_path / f"cdc{n}"), uri, extra_args=(
+        "--pd", etcd.endpoint, "--spark-master", "local[1]", "--capture-session-ttl", "4")) for n in range(2)]
+    cluster = HACluster(etcd, servers)
+    writer = Writer(old, seed=29, database=CLUSTER_DB)
+    config = tmp_path / "cf.toml"
+    config.write_text(f'force-replicate = true\n[filter]\nrules = ["{CLUSTER_DB}.*"]\n')
+    try:
+        cluster.start_all()
+        wait_until(lambda: len(cluster.live_captures()) == 2, 60, "two captures in etcd")
+        servers[0].cli("changefeed", "create", "-c", "cluster-mysql", "--config", str(config),
+                       "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/?worker-count=2")
+        writer.create_tables()
+        first = wait_until(lambda: cluster.live_runner("cluster-mysql"), 60, "the owner to assign the changefeed")
+        writer.on(old)
+        wait_until(lambda: ledger_counts_or_none(downstream, CLUSTER_DB), 180, "the first ledger rows downstream")
+        old.kill()
+        writer.stop()
+        new.promote()
+        writer.on(new)
+        time.sleep(6)
+        runner = cluster.captures()[first]
+        runner.stop()  # at rest: its checkpoint is the last batch it wrote, on the new primary
+        cluster.killed.add(first)
+        second = wait_until(lambda: cluster.live_runner("cluster-mysql"), 60, "the other capture to take over")
+        assert second != first
+        time.sleep(4)
+        writer.stop()
+        writer.workload.finish()
+        wait_tables_equal(new.connect(), downstream.connect(), CLUSTER_DB, TABLES, timeout=300)
+        wait_until(lambda: ledger_counts(downstream.connect(), CLUSTER_DB) == ledger_counts(new.connect(), CLUSTER_DB),
+                   120, "the ledger downstream to equal the new primary's")
+        counts = ledger_counts(downstream.connect(), CLUSTER_DB)
+        assert set(counts.values()) == {1} and len(counts) > writer.next // 2, (len(counts), writer.next)
+        status = cluster.client.get(cluster.keys.status("default", "cluster-mysql")).json()
+        assert status["checkpoint_gtid"].startswith("0-2-"), status  # the new primary's GTIDs
+    finally:
+        writer.stop()
+        print(f"cluster failover: total {time.monotonic() - began:.0f}s, load average {os.getloadavg()[0]:.1f}")
+        cluster.stop_all()
+        etcd.stop()
+        old.stop()
+        new.stop()
+
+
+def ledger_counts_or_none(server: MariaDBServer, database: str):
+    try:
+        return ledger_counts(server.connect(), database)
+    except pymysql.err.MySQLError:
+        return None  # not replicated yet

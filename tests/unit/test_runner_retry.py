@@ -265,3 +265,38 @@ def test_a_failover_restarts_a_running_changefeed_from_its_checkpoint_once_the_p
     runner._recovered(KEY)  # its first checkpoint on the new primary
     assert store.get_changefeed(*KEY).state == "normal"
     query.done.set()
+
+
+def test_a_start_waits_for_a_stop_of_the_same_changefeed_in_flight_and_none_starts_at_shutdown(tmp_path,
+                                                                                                 monkeypatch):
+    """Spark refuses a second query of one name while the first is active: a start (the cluster's
+    reconcile loop while a failover restarts the changefeed) waits until the stop is done."""
+    store = MetaStore(str(tmp_path / "meta.sqlite"))
+    store.create_changefeed(ChangefeedInfo("default", "cf", 0, "mysql://root@x:1/", "t", 1, 0, "normal", None,
+                                           {}, "0.1"), ChangefeedStatus(1, 1))
+    runner = ChangefeedRunner(None, store, "", "", str(tmp_path), "127.0.0.1:8300")
+    proceeded = []
+
+    class Planned(Exception):
+        pass
+
+    def check(info, checkpoint_ts):
+        proceeded.append(info.id)
+        raise Planned  # the test ends the start here
+
+    monkeypatch.setattr(runner, "_parallelism", lambda: 1)
+    monkeypatch.setattr(runner, "_check_binlog_retained", check)
+    runner._stopping.add(KEY)
+    failed = []
+    starting = threading.Thread(target=lambda: failed.append(pytest.raises(Planned, runner.start,
+                                                                           store.get_changefeed(*KEY))))
+    starting.start()
+    time.sleep(0.5)
+    assert proceeded == [], "started while the stop was in flight"
+    with runner._lock:
+        runner._stopping.discard(KEY)
+    starting.join(timeout=5)
+    assert proceeded == ["cf"] and failed
+    runner._shutdown.set()
+    runner.start(store.get_changefeed(*KEY))  # returns: nothing starts on a server shutting down
+    assert proceeded == ["cf"]

@@ -83,6 +83,8 @@ KEEP_PYTHON_WORKER_SECONDS = 20.0
 # How often a query's watcher checks for a failed write the query has not yet seen (PipelinedWriter)
 # and for a problem of the binlog puller.
 WATCH_SECONDS = 1.0
+# How long a start waits for a stop of the same changefeed in flight (a query at rest, then stopped).
+STOP_WAIT_SECONDS = 120.0
 # While a changefeed waits for its upstream, how often it looks whether the puller is back.
 UPSTREAM_POLL_SECONDS = 0.25
 # How long a changefeed waits before handling a failure again when handling it failed (e.g. the
@@ -193,6 +195,9 @@ class ChangefeedRunner:
         self._clock = clock
         self._lock = threading.Lock()
         self._running: dict[tuple[str, str], _Running] = {}
+        # Changefeeds whose query is being stopped: a start waits for it (Spark refuses a second
+        # query of the same name while the first is active).
+        self._stopping: set[tuple[str, str]] = set()
         self._next_server_id = server_id_base
         self._upstream_health = upstream_health
         self._metrics = metrics
@@ -252,9 +257,14 @@ class ChangefeedRunner:
     def _start(self, info: ChangefeedInfo) -> None:
         key = (info.namespace, info.id)
         parallelism = self._parallelism()  # over Spark Connect a query: not under the lock
-        with self._lock:
-            if key in self._running:
-                return
+        deadline = time.monotonic() + STOP_WAIT_SECONDS
+        while True:
+            with self._lock:
+                if key in self._running or self._shutdown.is_set():
+                    return  # running, or the server shuts down (a restart that waited for a stop)
+                if key not in self._stopping or time.monotonic() > deadline:
+                    break
+            time.sleep(0.05)  # e.g. the capture's reconcile loop while a failover restarts it
         self._check_binlog_retained(info, self._store.get_status(info.namespace, info.id).checkpoint_ts)
         with self._lock:
             if key in self._running:
@@ -762,6 +772,8 @@ class ChangefeedRunner:
             running = self._running.pop((namespace, changefeed_id), None)
             backing_off = self._backing_off.pop((namespace, changefeed_id), None)
             self._retrying.pop((namespace, changefeed_id), None)
+            if running is not None:
+                self._stopping.add((namespace, changefeed_id))
         if backing_off is not None:
             backing_off.set()
         if running is None:
@@ -777,6 +789,8 @@ class ChangefeedRunner:
             for extra in running.extras:
                 _close_quietly(extra)
             shutil.rmtree(self._spool_path(namespace, changefeed_id), ignore_errors=True)
+            with self._lock:
+                self._stopping.discard((namespace, changefeed_id))
 
     def stop_all(self) -> None:
         self._shutdown.set()
