@@ -57,21 +57,26 @@ def downstream_rows(mariadb, with_note: bool):
     return [tuple(r) for r in rows]
 
 
-@pytest.mark.parametrize("protocol", ["canal-json", "csv"])
-def test_consumer_replays_storage_into_mariadb(mariadb, s3, protocol, tmp_path):
-    bucket = f"consume-{uuid.uuid4().hex[:8]}"
+def items_sink(s3, mariadb, bucket_prefix: str, sink_config: SinkConfig) -> tuple[str, StorageSink, TableInfo]:
+    """(uri, sink, table): a new bucket whose sink has created shopdb.items, dropped downstream."""
+    bucket = f"{bucket_prefix}-{uuid.uuid4().hex[:8]}"
     s3.create_bucket(bucket)
-    sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=True)
-    sink_config.csv.include_commit_ts = True
-    sink_config.csv.output_old_value = True
-    uri = s3.uri(bucket, "cdc", protocol=protocol)
+    uri = s3.uri(bucket, "cdc", protocol=sink_config.protocol)
     with mariadb.connect() as connection, connection.cursor() as cursor:
         cursor.execute("DROP DATABASE IF EXISTS shopdb")
-
     table = TableInfo("shopdb", "items", 1, COLUMNS, ts(1), handle_key=("id",))
     sink = StorageSink(uri, sink_config, lambda: DAY)
     sink.write_ddl(DDLEvent(ts(0), "shopdb", "", "CREATE DATABASE shopdb", "create database"))
     sink.write_ddl(DDLEvent(ts(1), "shopdb", "items", CREATE, "create table", table_info=table))
+    return uri, sink, table
+
+
+@pytest.mark.parametrize("protocol", ["canal-json", "csv"])
+def test_consumer_replays_storage_into_mariadb(mariadb, s3, protocol, tmp_path):
+    sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=True)
+    sink_config.csv.include_commit_ts = True
+    sink_config.csv.output_old_value = True
+    uri, sink, table = items_sink(s3, mariadb, "consume", sink_config)
     one, two = ("1", "apple", "1.50", "\x00\xff"), ("2", "pear", "2.00", None)
     sink.write_rows(table, [change(ts(2), "insert", after=one), change(ts(2), "insert", after=two, seq=1)])
     sink.write_rows(table, [change(ts(3), "update", before=one, after=("10",) + one[1:])])
@@ -217,16 +222,7 @@ def test_transactions_without_their_own_commit_ts_apply_in_order(mariadb, s3, pr
     """Canal-json without the TiDB extension gives a row only its millisecond, csv without
     include-commit-ts nothing: transactions of one millisecond (one file) share a commit-ts, and
     the consumer must still apply them in order (an insert then a delete of one key leaves none)."""
-    bucket = f"tick-{uuid.uuid4().hex[:8]}"
-    s3.create_bucket(bucket)
-    sink_config = SinkConfig(protocol=protocol, enable_tidb_extension=False)
-    uri = s3.uri(bucket, "cdc", protocol=protocol)
-    with mariadb.connect() as connection, connection.cursor() as cursor:
-        cursor.execute("DROP DATABASE IF EXISTS shopdb")
-    table = TableInfo("shopdb", "items", 1, COLUMNS, ts(1), handle_key=("id",))
-    sink = StorageSink(uri, sink_config, lambda: DAY)
-    sink.write_ddl(DDLEvent(ts(0), "shopdb", "", "CREATE DATABASE shopdb", "create database"))
-    sink.write_ddl(DDLEvent(ts(1), "shopdb", "items", CREATE, "create table", table_info=table))
+    uri, sink, table = items_sink(s3, mariadb, "tick", SinkConfig(protocol=protocol, enable_tidb_extension=False))
     five, six = ("5", "plum", "5.00", None), ("6", "kiwi", "6.00", None)
     tick = ts(2)  # three transactions in one millisecond: logical parts 0, 1, 2
     sink.write_rows(table, [change(tick, "insert", after=five), change(tick, "insert", after=six, seq=1)])

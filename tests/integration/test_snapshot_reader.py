@@ -8,7 +8,7 @@ import pytest
 
 from sparkcdc.errors import ErrSnapshotChunkKeyInvalid, ErrSnapshotTablePrivilege
 from sparkcdc.model.events import TableInfo
-from sparkcdc.testing.alltypes import COLUMN_NAMES, COLUMNS, ROWS
+from sparkcdc.testing.alltypes import COLUMN_NAMES, create_alltypes, insert_alltypes
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
@@ -35,20 +35,14 @@ def _read(cfg, info, key=None, low=None, high=None, batch_rows=4096):
 
 def test_chunk_rows_equal_the_binlog_decoders(mariadb, fresh_db, tmp_path):
     conn = mariadb.connect(database=fresh_db)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone='+00:00'")
-        cols = ", ".join(f"`{n}` {t}" for n, t in COLUMNS)
-        cur.execute(f"CREATE TABLE alltypes ({cols}, PRIMARY KEY (i))")
+    create_alltypes(conn, fresh_db, rows=False)
     cfg = UpstreamConfig.from_uri(mariadb.uri)
     index = TxnIndex(str(tmp_path / "index.sqlite"))
     puller = Puller(cfg, index, server_id=1101, heartbeat_seconds=0.2).start()
     try:
         puller.wait_caught_up(30)
         start_ts = index.resolved_ts()
-        placeholders = ", ".join(["%s"] * len(COLUMNS))
-        with conn.cursor() as cur:
-            for row in ROWS:
-                cur.execute(f"INSERT INTO alltypes VALUES ({placeholders})", [row[n] for n in COLUMN_NAMES])
+        insert_alltypes(conn, fresh_db)
         puller.wait_caught_up(30)
     finally:
         puller.stop()

@@ -3,7 +3,7 @@
 import numpy
 import pytest
 
-from sparkcdc.testing.alltypes import ALL_BYTES, COLUMN_NAMES, COLUMNS, ROWS
+from sparkcdc.testing.alltypes import ALL_BYTES, COLUMN_NAMES, COLUMNS, create_alltypes, insert_alltypes
 from sparkcdc.upstream.connection import UpstreamConfig
 from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
@@ -52,20 +52,15 @@ def _assert_same(actual, expected):
 
 def test_every_type_round_trips(mariadb, fresh_db, tmp_path):
     conn = mariadb.connect(database=fresh_db)
-    with conn.cursor() as cur:
-        cur.execute("SET time_zone='+00:00'")
-        cols = ", ".join(f"`{n}` {t}" for n, t in COLUMNS)
-        cur.execute(f"CREATE TABLE alltypes ({cols}, PRIMARY KEY (i))")
+    create_alltypes(conn, fresh_db, rows=False)
     cfg = UpstreamConfig.from_uri(mariadb.uri)
     index = TxnIndex(str(tmp_path / "index.sqlite"))
     puller = Puller(cfg, index, server_id=1001, heartbeat_seconds=0.2).start()
     try:
         puller.wait_caught_up(20)
         start_ts = index.resolved_ts()
-        placeholders = ", ".join(["%s"] * len(COLUMNS))
+        insert_alltypes(conn, fresh_db)
         with conn.cursor() as cur:
-            for row in ROWS:
-                cur.execute(f"INSERT INTO alltypes VALUES ({placeholders})", [row[n] for n in COLUMN_NAMES])
             inserted = _expected_rows(conn, fresh_db)
             cur.execute("UPDATE alltypes SET vc=CONCAT(vc, 'é'), d2=d2+1, tm3='-00:00:00.250' WHERE i=-2147483648")
             updated = _expected_rows(conn, fresh_db)

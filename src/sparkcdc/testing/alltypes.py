@@ -39,13 +39,21 @@ ROWS = [
 COLUMN_NAMES = [n for n, _ in COLUMNS]
 
 
-def create_alltypes(conn, database: str, table: str = "alltypes") -> None:
-    """Create the table (key `i`) in `database` and insert ROWS."""
+def create_alltypes(conn, database: str, table: str = "alltypes", rows: bool = True) -> None:
+    """Create the table (key `i`) in `database`, in the session's time zone UTC, and insert ROWS
+    (unless `rows` is False: `insert_alltypes` later)."""
     cols = ", ".join(f"`{n}` {t}" for n, t in COLUMNS)
-    placeholders = ", ".join(["%s"] * len(COLUMNS))
     with conn.cursor() as cur:
         cur.execute("SET time_zone='+00:00'")
         cur.execute(f"CREATE TABLE `{database}`.`{table}` ({cols}, PRIMARY KEY (i))")
+    if rows:
+        insert_alltypes(conn, database, table)
+
+
+def insert_alltypes(conn, database: str, table: str = "alltypes") -> None:
+    """Insert ROWS, one statement (and transaction, with autocommit) each."""
+    placeholders = ", ".join(["%s"] * len(COLUMNS))
+    with conn.cursor() as cur:
         for row in ROWS:
             cur.execute(f"INSERT INTO `{database}`.`{table}` VALUES ({placeholders})",
                         [row[n] for n in COLUMN_NAMES])
