@@ -4,7 +4,7 @@ import urllib.request
 
 import pytest
 
-from sparkcdc.errors import ErrStartTsInvalid
+from sparkcdc.errors import ErrAPIInvalidParam, ErrStartTsInvalid
 from sparkcdc.model import tso
 from sparkcdc.api.server import serve
 from sparkcdc.server.metastore import MetaStore
@@ -51,6 +51,12 @@ class FakeController:
     def verify_tables(self, config, start_ts, sink_uri=""):
         self.verified_sinks.append(sink_uri)  # the capture checks it first (parse_sink_spec)
         return [], []
+
+    def drain_capture(self, capture_id):
+        raise ErrAPIInvalidParam("drain needs a cluster (`sparkcdc server --pd`)")  # as a single node's
+
+    def resign_owner(self):
+        return False
 
     def list_captures(self):
         return [{"id": "cap-1", "is_owner": True, "address": "127.0.0.1:8300", "cluster_id": "default"}]

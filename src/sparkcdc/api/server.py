@@ -74,6 +74,8 @@ class ChangefeedController(Protocol):
     def capture_info(self) -> dict: ...
     def verify_tables(self, config: ReplicaConfig, start_ts: int | str, sink_uri: str = "") -> tuple[list, list]: ...
     def list_captures(self) -> list[dict]: ...
+    def drain_capture(self, capture_id: str) -> int: ...
+    def resign_owner(self) -> bool: ...
     def processors(self) -> list[tuple[str, str, str]]: ...
     def processor_table_ids(self, info: ChangefeedInfo) -> list[int]: ...
     def puller_resolved_ts(self) -> int: ...
@@ -324,16 +326,13 @@ class OpenAPI:
 
     def drain_capture(self, request: _Request, capture_id: str) -> _Response:
         """TiCDC's DrainCaptureResp: how many changefeeds the capture still runs (0 = drained)."""
-        if not hasattr(self.controller, "drain_capture"):
-            raise errors.ErrAPIInvalidParam("this server cannot drain captures")
         return _ok({"current_table_count": self.controller.drain_capture(capture_id)})
 
     def resign_owner(self, request: _Request) -> _Response:
         """Resign if this capture is the owner, else forward to the owner, as TiCDC does."""
         capture = self.controller.capture_info()
-        if capture.get("is_owner", True) or not hasattr(self.controller, "list_captures"):
-            if hasattr(self.controller, "resign_owner"):
-                self.controller.resign_owner()
+        if capture.get("is_owner", True):
+            self.controller.resign_owner()
             return _ok()
         owner = next((c for c in self.controller.list_captures() if c.get("is_owner")), None)
         if owner is None:
