@@ -104,7 +104,7 @@ def test_a_changefeed_starts_at_a_dumps_gtid_from_before_the_server_existed(prim
 # ---- issue 23: a failover of the upstream -----------------------------------------------------
 
 FAILOVER_DB = "e2e_failover"
-PAUSE_SECONDS = 25  # the failpoint's pause inside the large transaction, in which the primary dies
+PAUSE_SECONDS = 10  # the failpoint's pause inside the large transaction, in which the primary dies
 HA = {"log_slave_updates": "ON", "gtid_strict_mode": "ON"}
 
 
