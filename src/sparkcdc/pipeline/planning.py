@@ -45,6 +45,7 @@ from sparkcdc.model.events import TableInfo
 from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
 from sparkcdc.upstream.range_reader import BinlogRange
 from sparkcdc.upstream.snapshot_reader import ChunkRead
+from sparkcdc.upstream.switchover import source_server
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
     from sparkcdc.model.position import BinlogPosition
@@ -467,13 +468,6 @@ def plan_partitions(
             )
         )
     return partitions
-
-
-def source_server(index: "TxnIndex", epoch: int, upstream: UpstreamConfig) -> UpstreamConfig:
-    """The server whose binlog holds the transactions of `epoch`, with the upstream URI's
-    credentials (the URI's first server for an index that has recorded none)."""
-    source = index.source(epoch)
-    return upstream.at(source.host, source.port) if source is not None else upstream.servers()[0]
 
 
 def _replicated_tables_at(

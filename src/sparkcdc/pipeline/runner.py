@@ -52,7 +52,7 @@ from sparkcdc.observability.metrics import BatchStats, ChangefeedMetrics, Metric
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions, source_server
+from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions
 from sparkcdc.pipeline.query_rest import bring_to_rest
 from sparkcdc.pipeline.source import SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
@@ -61,6 +61,7 @@ from sparkcdc.sink.contract import Sink
 from sparkcdc.sink.registry import SinkSpec, parse_sink_spec
 from sparkcdc.upstream.connection import UpstreamConfig, check_binlog_retained
 from sparkcdc.upstream.puller import RUNNING, PullerHealth
+from sparkcdc.upstream.switchover import source_server
 from sparkcdc.upstream.txn_index import TxnIndex
 
 if TYPE_CHECKING:

@@ -63,6 +63,7 @@ from sparkcdc.upstream.snapshot_reader import (
     CHUNK_MARKER, PROBLEM_TABLE_GONE, ChunkRead, check_readable, choose_chunk_key, connect_for_reads,
     estimated_rows, last_key, next_boundary, quote_name, table_indexes, table_name,
 )
+from sparkcdc.upstream.switchover import followed_server
 from sparkcdc.upstream.txn_index import TxnIndex
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,7 @@ class SnapshotStage:
         self.name = f"{namespace}/{changefeed_id}"
         self._config = config
         self._snapshot = config.snapshot
-        self._upstream = UpstreamConfig.from_uri(upstream_uri)
+        self._upstream = UpstreamConfig.from_uri(upstream_uri)  # its servers: read from `_server()`
         self._index = index
         self._store = store
         self._read_wave = read_wave
@@ -171,6 +172,12 @@ class SnapshotStage:
         self._last_log = 0.0
         self.chunks_read = 0  # by this run (the restart tests read it from the log)
 
+    def _server(self) -> UpstreamConfig:
+        """The server the index follows (of several in the URI, the primary): a chunk's binlog
+        position is that server's, to map into the index. A failover while chunks are read is
+        not supported (docs/failover.md)."""
+        return followed_server(self._index, self._upstream)
+
     # -- start: the downstream tables ---------------------------------------------------------
     @property
     def finished(self) -> bool:
@@ -184,7 +191,7 @@ class SnapshotStage:
         if self.state.bootstrapped:
             self._log_resume()
             return checkpoint_ts
-        conn = connect_for_reads(self._upstream)
+        conn = connect_for_reads(self._server())
         try:
             for _ in range(attempts):
                 start = max(checkpoint_ts, self._index.resolved_ts())
@@ -334,7 +341,7 @@ class SnapshotStage:
                     if not chunk.done and (id(table), chunk.number) not in busy:
                         wave.chunks.append((table, chunk, self._chunk_read(len(wave.chunks), info, table, chunk)))
                 while len(wave.chunks) < wanted and not table.planned_all:
-                    conn = conn or connect_for_reads(self._upstream)
+                    conn = conn or connect_for_reads(self._server())
                     chunk = self._plan_chunk(conn, info, table)
                     wave.chunks.append((table, chunk, self._chunk_read(len(wave.chunks), info, table, chunk)))
         finally:
@@ -362,7 +369,7 @@ class SnapshotStage:
         return chunk
 
     def _chunk_read(self, number: int, info: TableInfo, table: TableSnapshot, chunk: ChunkState) -> ChunkRead:
-        return ChunkRead(self._upstream, number, info.to_json(), table.key, chunk.low, chunk.high)
+        return ChunkRead(self._server(), number, info.to_json(), table.key, chunk.low, chunk.high)
 
     def _read(self, wave: _Wave) -> None:
         log.info("snapshot of %s reads %s", self.name,
@@ -519,7 +526,7 @@ class SnapshotStage:
         new = [r for r in requests if r["id"] > handled]
         if not new:
             return
-        conn = connect_for_reads(self._upstream)
+        conn = connect_for_reads(self._server())
         try:
             resolved = self._index.resolved_ts()
             for request in new:

@@ -157,6 +157,20 @@ def read_binlog_state(conn, flavor: Flavor) -> "MariaDBBinlogState | GtidState":
     return MariaDBBinlogState(text) if flavor.name == "mariadb" else parse_state(text, flavor.name)
 
 
+def source_server(index: TxnIndex, epoch: int, upstream: UpstreamConfig) -> UpstreamConfig:
+    """The server whose binlog holds the transactions of `epoch`, with the upstream URI's
+    credentials (the URI's first server for an index that has recorded none)."""
+    source = index.source(epoch)
+    return upstream.at(source.host, source.port) if source is not None else upstream.servers()[0]
+
+
+def followed_server(index: TxnIndex, upstream: UpstreamConfig) -> UpstreamConfig:
+    """The server the index follows now: where a read whose binlog position must map into the
+    index (a snapshot chunk's) has to run."""
+    source = index.current_source()
+    return source_server(index, source.epoch if source is not None else 0, upstream)
+
+
 # ---- the candidates' reach ----------------------------------------------------------------------
 
 
