@@ -122,8 +122,13 @@ SCHEMAS: dict[str, dict] = {
                  "admin_job_type", "config", "state", "error", "creator_version", "resolved_ts", "checkpoint_ts",
                  "checkpoint_time", "task_status")),
     "PullerState": _object({
-        "state": {"type": "string", "enum": ["starting", "running", "reconnecting", "stalled", "failed", "stopped"]},
+        "state": {"type": "string", "enum": ["starting", "running", "reconnecting", "switching", "stalled", "failed",
+                                             "stopped"]},
         "upstream": {"type": "string", "description": "the upstream URI, password shown as xxxxx"},
+        "server": {"type": "string", "description": "host:port of the server of the URI the puller follows "
+                                                    "(empty until it connected)"},
+        "epoch": {"type": "integer", "minimum": 0,
+                  "description": "the index's source epoch: one more after each upstream failover (docs/failover.md)"},
         "since": {"type": "string", "description": "when the state began (ISO 8601, UTC)"},
         "error": _ref("RunningError"), "capture_id": _STR, "resolved_ts": _INT,
     }),
