@@ -17,7 +17,8 @@ whole binlog from its start (catch-up mode):
   mysql-replication  plain python-mysql-replication in one process, rows to JSON;
   sparkcdc           a changefeed to the file storage sink (canal-json + TiDB extension), until
                      its checkpoint passes the last transaction (capture_bench.run_changefeed), with
-                     /metrics scraped every second while it runs (Prometheus scrapes every 15 s);
+                     /metrics scraped every --scrape-seconds while it runs (default 1; Prometheus
+                     scrapes every 15 s by default in most setups, every 60 s out of the box);
   sparkcdc-no-metrics  the same on a server started with `--metrics off`: next to `sparkcdc`, the
                      cost of metrics (docs/operations.md; the target is < 3% of rows/s).
 The Java projects are built here on demand with Maven from Maven Central (needs mvn and Java 17;
@@ -63,14 +64,14 @@ SCRAPE_SECONDS = 1.0
 
 
 class MetricsScraper(threading.Thread):
-    """GET /metrics every SCRAPE_SECONDS while a sparkcdc run goes on, as Prometheus would."""
+    """GET /metrics every `interval` seconds while a sparkcdc run goes on, as Prometheus would."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, interval: float = SCRAPE_SECONDS):
         super().__init__(daemon=True)
-        self.url, self.done, self.scrapes = url, threading.Event(), 0
+        self.url, self.interval, self.done, self.scrapes = url, interval, threading.Event(), 0
 
     def run(self) -> None:
-        while not self.done.wait(SCRAPE_SECONDS):
+        while not self.done.wait(self.interval):
             try:
                 with urllib.request.urlopen(self.url + "/metrics", timeout=30) as response:
                     response.read()
@@ -134,6 +135,8 @@ def main() -> int:
     parser.add_argument("--sparkcdc-start", default="cold", choices=["cold", "warm"],
                         help="create sparkcdc's changefeed right after its server is ready (cold) or after the "
                              "server's Spark warm-up has ended (warm); default %(default)s")
+    parser.add_argument("--scrape-seconds", type=float, default=SCRAPE_SECONDS,
+                        help="how often /metrics is scraped during a sparkcdc run (default %(default)s)")
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if not tools or set(tools) - set(TOOLS):
@@ -191,7 +194,7 @@ def main() -> int:
                     server = start_server(data_dir, mariadb.uri, "native", warm=args.sparkcdc_start == "warm",
                                           extra_args=() if metrics else ("--metrics", "off"))
                     server_stopped = False
-                    scraper = MetricsScraper(server.url) if metrics else None
+                    scraper = MetricsScraper(server.url, args.scrape_seconds) if metrics else None
                     if scraper is not None:
                         scraper.start()
                     sink_dir = os.path.join(base, f"out-{tool}-{round_number}")
