@@ -47,6 +47,7 @@ DATABASE, TABLE = "sbsnap", "sbtest1"
 def create_table(conn, rows: int) -> None:
     with conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+        cur.execute(f"USE {DATABASE}")  # the sequence engine's seq_1_to_N tables resolve in the current database
         cur.execute(f"CREATE TABLE {DATABASE}.{TABLE} (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, "
                     "pad CHAR(60) NOT NULL, KEY k_1 (k))")
         step = 1_000_000
