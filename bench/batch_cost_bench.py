@@ -21,13 +21,13 @@ import collections
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from sparkcdc.testing.mariadb import MariaDBServer, _read_pid  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 DATABASE, TABLE = "batchcost", "sbtest1"
 PROGRESS_KEYS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets",
@@ -154,7 +154,7 @@ def main() -> int:
     from sparkcdc.server.capture import Capture, CaptureOptions
     from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 
-    base = tempfile.mkdtemp(prefix="sparkcdc-batchcost-")
+    base = scratch_dir("sparkcdc-batchcost-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     capture = None
     try:

@@ -24,7 +24,6 @@ import os
 import statistics
 import random
 import sys
-import tempfile
 import threading
 import time
 
@@ -33,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 from sparkcdc.testing.ha import WARM_UP_DONE, WARM_UP_FAILED  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
@@ -213,7 +213,7 @@ def main() -> int:
     decoders = [d.strip() for d in args.decoders.split(",") if d.strip()]
     if not decoders or set(decoders) - {"native", "pure"}:
         parser.error("--decoders takes native and/or pure, e.g. --decoders native,pure")
-    base = tempfile.mkdtemp(prefix="sparkcdc-bench-")
+    base = scratch_dir("sparkcdc-bench-")
     data_dir = os.path.join(base, "cdc")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     server = start_server(data_dir, mariadb.uri, decoders[0])

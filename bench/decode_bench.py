@@ -26,7 +26,6 @@ import itertools
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -54,6 +53,7 @@ from sparkcdc.upstream.range_reader import (  # noqa: E402
     pure_row_changes,
 )
 from sparkcdc.upstream.schema_reader import read_table_info  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 
@@ -263,7 +263,7 @@ def main() -> int:
     if native_module() is None:
         print("sparkcdc_native is not built (run scripts/setup.sh with cargo installed)", file=sys.stderr)
         return 2
-    base = tempfile.mkdtemp(prefix="sparkcdc-decode-bench-")
+    base = scratch_dir("sparkcdc-decode-bench-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     try:
         conn = mariadb.connect()

@@ -19,7 +19,6 @@ import argparse
 import os
 import random
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
@@ -29,6 +28,7 @@ from capture_bench import tree_usage  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 
 def insert_batches(cur, table: str, first_id: int, rows: int, rng: random.Random) -> None:
@@ -55,7 +55,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=20_000)
     parser.add_argument("--busy-factor", type=int, default=10)
     args = parser.parse_args()
-    base = tempfile.mkdtemp(prefix="sparkcdc-filter-bench-")
+    base = scratch_dir("sparkcdc-filter-bench-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     server = ServerProcess(os.path.join(base, "cdc"), mariadb.uri).start()
     rng = random.Random(1)

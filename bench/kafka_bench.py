@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from sparkcdc.model.events import RowChange  # noqa: E402
 from sparkcdc.sink.kafka.sink import KafkaSink  # noqa: E402
 from sparkcdc.testing.kafka import KafkaBroker  # noqa: E402
 from sparkcdc.testing.schema_registry import SchemaRegistry  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 
 def run_one(uri: str, transactions: list[list[RowChange]], flush_rows: int) -> dict:
@@ -51,7 +51,7 @@ def main() -> int:
     args = parser.parse_args()
 
     transactions = prepare_rows(args.rows)
-    work = tempfile.mkdtemp(prefix="sparkcdc-kafka-bench-")
+    work = scratch_dir("sparkcdc-kafka-bench-")
     broker = KafkaBroker(Path(work) / "kafka").start()
     registry = None
     results = []

@@ -19,7 +19,6 @@ import glob
 import os
 import random
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
@@ -28,6 +27,7 @@ from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import PeakRSS, tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 CHANGEFEED = "large-txn"
 
@@ -73,7 +73,7 @@ def main() -> int:
     if args.rows <= 0:
         parser.error("--rows must be positive")
 
-    base = tempfile.mkdtemp(prefix="sparkcdc-large-txn-")
+    base = scratch_dir("sparkcdc-large-txn-")
     sink_dir = os.path.join(base, "out")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     server = None

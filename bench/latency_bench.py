@@ -34,7 +34,6 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
@@ -44,6 +43,7 @@ from sparkcdc.model import tso  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 DATABASE, TABLE = "latency", "sbtest1"
 CHANGEFEED = "latency"
@@ -211,7 +211,7 @@ def main() -> int:
     if args.rate <= 0 or args.seconds <= 0 or args.txn_rows <= 0 or args.idle_seconds < 0:
         parser.error("--rate, --seconds and --txn-rows must be positive, --idle-seconds not negative")
 
-    base = tempfile.mkdtemp(prefix="sparkcdc-latency-")
+    base = scratch_dir("sparkcdc-latency-")
     sink_dir = os.path.join(base, "out")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     server = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
@@ -28,6 +27,7 @@ from sparkcdc.upstream.connection import UpstreamConfig  # noqa: E402
 from sparkcdc.upstream.puller import Puller  # noqa: E402
 from sparkcdc.upstream.range_reader import BinlogRange, read_range_batches  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from large_txn_bench import write_transaction  # noqa: E402
@@ -38,7 +38,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--piece-mb", type=float, default=8.0)
     args = parser.parse_args()
-    base = tempfile.mkdtemp(prefix="sparkcdc-piece-read-")
+    base = scratch_dir("sparkcdc-piece-read-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     received = [0]
     original = BinLogStreamReader.fetchone

@@ -30,7 +30,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -49,6 +48,7 @@ from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 SINKS = ("file", "kafka", "mysql", "delta", "iceberg")
 
@@ -226,7 +226,7 @@ def main() -> int:
     if args.compare_src:
         variants["compare"] = os.path.abspath(args.compare_src)
 
-    base = tempfile.mkdtemp(prefix="sparkcdc-sinks-bench-")
+    base = scratch_dir("sparkcdc-sinks-bench-")
     data_dir = os.path.join(base, "cdc")
     upstream = MariaDBServer(os.path.join(base, "upstream")).start()
     downstream = broker = None

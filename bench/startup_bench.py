@@ -17,13 +17,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 
 def main() -> int:
@@ -39,7 +39,7 @@ def main() -> int:
         parser.error("--gaps needs at least one gap, none negative")
     extra = ("--trigger-interval", args.trigger_interval) if args.trigger_interval else ()
 
-    base = tempfile.mkdtemp(prefix="sparkcdc-startup-")
+    base = scratch_dir("sparkcdc-startup-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     try:
         with mariadb.connect().cursor() as cur:

@@ -19,7 +19,6 @@ import os
 import random
 import string
 import sys
-import tempfile
 import time
 import uuid
 
@@ -30,6 +29,7 @@ from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo  # noqa: E402
 from sparkcdc.model.tso import compose  # noqa: E402
 from sparkcdc.sink.storage import StorageSink  # noqa: E402
 from sparkcdc.testing.emulators import start_emulator  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir
 
 TRANSACTION_ROWS = 100
 TABLE = TableInfo("bench", "sbtest1", 1, (
@@ -110,7 +110,7 @@ def main() -> int:
     args = parser.parse_args()
 
     transactions = prepare_rows(args.rows)
-    work = tempfile.mkdtemp(prefix="sparkcdc-storage-bench-")
+    work = scratch_dir("sparkcdc-storage-bench-")
     emulators = {}
     results = []
     try:

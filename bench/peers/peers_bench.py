@@ -8,8 +8,8 @@ A private MariaDB gets one workload of bench/peers/workloads.py: sysbench-shaped
 in 100-row transactions, 30% updates, 10% deletes; bench/capture_bench.py's), the same as
 single-row autocommit transactions, the same mix on the 36-column mixed-type table, or spread over
 1,000 tables. The tables are created first (sparkcdc's start position is after those DDLs; the
-peers read them from the binlog's start). Then, per round and in turn, each tool reads the
-whole binlog from its start (catch-up mode):
+peers read them from the binlog's start). Then, per round and in turn (in reverse order every other
+round), each tool reads the whole binlog from its start (catch-up mode):
   debezium           Debezium 3.5 embedded engine + MariaDB connector (bench/peers/java/debezium),
                      every record to schemaless JSON, counted; no Kafka;
   flink-cdc          Flink CDC 3.2 MySQL source on a Flink 1.20 MiniCluster, parallelism 1
@@ -41,7 +41,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -55,6 +54,7 @@ from capture_bench import (  # noqa: E402
 )
 import workloads  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
 JAVA_PROJECTS = os.path.join(HERE, "java")
@@ -142,7 +142,7 @@ def main() -> int:
     if not tools or set(tools) - set(TOOLS):
         parser.error(f"--tools takes some of {', '.join(TOOLS)}")
     classpaths = {tool: build_java(tool) for tool in tools if tool in ("debezium", "flink-cdc")}
-    base = tempfile.mkdtemp(prefix="sparkcdc-peers-")
+    base = scratch_dir("sparkcdc-peers-")
     data_dir = os.path.join(base, "cdc")
     mariadb = MariaDBServer(os.path.join(base, "mariadb")).start()
     server = start_server(data_dir, mariadb.uri, "native") if set(SPARKCDC_TOOLS) & set(tools) else None
@@ -173,7 +173,9 @@ def main() -> int:
 
         results: dict[str, list[tuple[float, float, int]]] = {t: [] for t in tools}
         for round_number in range(1, args.rounds + 1):
-            for tool in tools:
+            # Every other round in reverse order: a tool that always ran first (a cooler page
+            # cache, a fresher JVM heap of the machine) would carry the order in its figures.
+            for tool in (tools if round_number % 2 else tools[::-1]):
                 work_dir = os.path.join(base, f"{tool}-{round_number}")
                 if tool == "debezium":
                     command = ["java", "-Xmx512m", "-cp", classpaths[tool], "io.sparkcdc.bench.DebeziumBench",
@@ -229,8 +231,11 @@ def main() -> int:
                 if tool != "sparkcdc":
                     print(f"sparkcdc / {tool}: {rates['sparkcdc'] / rates[tool]:.2f}")
         if "sparkcdc" in rates and "sparkcdc-no-metrics" in rates:
+            paired = [off[0] / on[0] for on, off in zip(results["sparkcdc"], results["sparkcdc-no-metrics"])]
             print(f"cost of metrics: {100 * (1 - rates['sparkcdc'] / rates['sparkcdc-no-metrics']):.1f}% of rows/s "
-                  "(target < 3%)")
+                  "(target < 3%); per round, rows/s with / without: "
+                  f"{', '.join(f'{ratio:.3f}' for ratio in paired)} (mean {statistics.mean(paired):.3f}, "
+                  f"median {statistics.median(paired):.3f})")
     finally:
         if server is not None and not server_stopped:
             server.stop()

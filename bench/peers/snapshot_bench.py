@@ -27,7 +27,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
@@ -39,6 +38,7 @@ sys.path.insert(0, HERE)
 from capture_bench import PeakSampler, output_rows, start_server, tree_usage  # noqa: E402
 from peers_bench import build_java, run_measured  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 TOOLS = ("debezium", "flink-cdc", "sparkcdc")
 DATABASE, TABLE = "sbsnap", "sbtest1"
@@ -118,7 +118,7 @@ def main() -> int:
         parser.error(f"--tools takes some of {', '.join(TOOLS)}")
     cores = os.cpu_count() or 2
     classpaths = {tool: build_java(tool) for tool in tools if tool != "sparkcdc"}
-    base = tempfile.mkdtemp(prefix="sparkcdc-snapshot-bench-")
+    base = scratch_dir("sparkcdc-snapshot-bench-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb"),
                             extra_config={"innodb_buffer_pool_size": "2G"}).start()
     writer = None

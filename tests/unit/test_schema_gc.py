@@ -67,3 +67,19 @@ def test_capture_collects_below_the_minimum_checkpoint_of_all_changefeeds(tmp_pa
     capture.gc_schema_versions(once=True)
     assert versions(TxnIndex(capture.index_path)) == [("a", 1010), ("a", 1020), ("b", 1005), ("b", 1015)]
     assert TxnIndex(capture.index_path).schema_gc_ts() == 1012
+
+
+def test_versions_younger_than_the_gc_life_time_stay_for_a_resume_back_past_every_checkpoint(tmp_path):
+    """TiCDC can `resume --overwrite-checkpoint-ts` back within TiDB's gc life time (10 min),
+    whatever the checkpoints: so are the versions kept that long. The fill's ts are in the
+    epoch's first millisecond: at now = 600 s they are exactly 10 minutes old."""
+    capture = Capture(CaptureOptions("127.0.0.1:0", str(tmp_path), "mysql://root@127.0.0.1:1/"))
+    fill(TxnIndex(capture.index_path))
+    changefeed(capture.store, "caught-up", 1025)
+    capture.gc_schema_versions(once=True, now=600.0)
+    assert len(versions(TxnIndex(capture.index_path))) == 5
+    assert TxnIndex(capture.index_path).resolve_start("1001") == 1001
+    capture.gc_schema_versions(once=True, now=600.002)
+    assert versions(TxnIndex(capture.index_path)) == [("a", 1020)]
+    with pytest.raises(ErrStartTsInvalid, match="garbage-collected"):
+        TxnIndex(capture.index_path).resolve_start("1012")

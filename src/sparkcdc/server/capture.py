@@ -47,6 +47,11 @@ def replication_server_ids(data_dir: str) -> tuple[int, int, int]:
     return 1_000_000 + slot, 10_000_000 + slot * 1_000_000, 1_003_000 + slot
 _ER_ACCESS_DENIED = 1045
 # Seconds a single-node capture waits after start before warming Spark for its first changefeed.
+# How long schema versions outlive the checkpoints that passed them: TiDB's tidb_gc_life_time
+# default, the window in which TiCDC can `resume --overwrite-checkpoint-ts` back past its
+# changefeeds' checkpoints (TiKV keeps the MVCC versions it reads the schema from that long).
+SCHEMA_GC_LIFE_SECONDS = 600.0
+
 LOCAL_WARM_UP_DELAY = 5.0
 
 
@@ -183,18 +188,23 @@ class Capture:
         if self._spark is not None:
             self._spark.stop()
 
-    def gc_schema_versions(self, interval: float = 60.0, once: bool = False) -> None:
+    def gc_schema_versions(self, interval: float = 60.0, once: bool = False,
+                           life_seconds: float = SCHEMA_GC_LIFE_SECONDS, now: Optional[float] = None) -> None:
         """Drop schema versions below the minimum checkpoint of all changefeeds (TiCDC's schema
-        storage DoGC), every `interval` s until close. Failed and stopped changefeeds count: they
-        may resume from their checkpoint. Without changefeeds nothing goes: a new one may start early."""
+        storage DoGC) and older than `life_seconds` (so a resume may go back that far past every
+        checkpoint, as TiCDC within tidb_gc_life_time), every `interval` s until close. Failed and
+        stopped changefeeds count: they may resume from their checkpoint. Without changefeeds
+        nothing goes: a new one may start early. `now`: wall-clock seconds, for tests."""
         while True:
             try:
                 checkpoints = [self.store.get_status(info.namespace, info.id).checkpoint_ts
                                for info in self.store.list_changefeeds()]
                 if checkpoints:
-                    removed = TxnIndex(self.index_path).gc_schema_versions(min(checkpoints))
+                    life_ts = tso.compose(int(((now if now is not None else time.time()) - life_seconds) * 1000))
+                    safe_ts = min(min(checkpoints), life_ts)
+                    removed = TxnIndex(self.index_path).gc_schema_versions(safe_ts)
                     if removed:
-                        log.info("schema GC below ts %d removed %d versions", min(checkpoints), removed)
+                        log.info("schema GC below ts %d removed %d versions", safe_ts, removed)
             except Exception as exc:  # GC is an optimisation: never let it take the capture down
                 log.warning("schema GC failed: %s", exc)
             if once or self._closed.wait(interval):
