@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from sparkcdc.testing.mariadb import MariaDBServer, _read_pid  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 DATABASE, TABLE = "batchcost", "sbtest1"
 PROGRESS_KEYS = ("latestOffset", "getBatch", "queryPlanning", "walCommit", "addBatch", "commitOffsets",

@@ -53,7 +53,7 @@ from sparkcdc.upstream.range_reader import (  # noqa: E402
     pure_row_changes,
 )
 from sparkcdc.upstream.schema_reader import read_table_info  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 ROW_EVENTS = [WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent]
 

@@ -28,7 +28,7 @@ from capture_bench import tree_usage  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 
 def insert_batches(cur, table: str, first_id: int, rows: int, rng: random.Random) -> None:

@@ -30,7 +30,7 @@ from sparkcdc.model.events import RowChange  # noqa: E402
 from sparkcdc.sink.kafka.sink import KafkaSink  # noqa: E402
 from sparkcdc.testing.kafka import KafkaBroker  # noqa: E402
 from sparkcdc.testing.schema_registry import SchemaRegistry  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 
 def run_one(uri: str, transactions: list[list[RowChange]], flush_rows: int) -> dict:

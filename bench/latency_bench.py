@@ -43,7 +43,7 @@ from sparkcdc.model import tso  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 DATABASE, TABLE = "latency", "sbtest1"
 CHANGEFEED = "latency"

@@ -27,7 +27,7 @@ from sparkcdc.upstream.connection import UpstreamConfig  # noqa: E402
 from sparkcdc.upstream.puller import Puller  # noqa: E402
 from sparkcdc.upstream.range_reader import BinlogRange, read_range_batches  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from large_txn_bench import write_transaction  # noqa: E402

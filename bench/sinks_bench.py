@@ -48,7 +48,7 @@ from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 SINKS = ("file", "kafka", "mysql", "delta", "iceberg")
 

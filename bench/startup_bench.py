@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 
 def main() -> int:

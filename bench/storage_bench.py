@@ -29,7 +29,7 @@ from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo  # noqa: E402
 from sparkcdc.model.tso import compose  # noqa: E402
 from sparkcdc.sink.storage import StorageSink  # noqa: E402
 from sparkcdc.testing.emulators import start_emulator  # noqa: E402
-from sparkcdc.testing.scratch import scratch_dir
+from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 TRANSACTION_ROWS = 100
 TABLE = TableInfo("bench", "sbtest1", 1, (
