@@ -46,12 +46,11 @@ def replication_server_ids(data_dir: str) -> tuple[int, int, int]:
     slot = zlib.crc32(os.path.abspath(data_dir).encode()) % 3000
     return 1_000_000 + slot, 10_000_000 + slot * 1_000_000, 1_003_000 + slot
 _ER_ACCESS_DENIED = 1045
-# Seconds a single-node capture waits after start before warming Spark for its first changefeed.
 # How long schema versions outlive the checkpoints that passed them: TiDB's tidb_gc_life_time
 # default, the window in which TiCDC can `resume --overwrite-checkpoint-ts` back past its
 # changefeeds' checkpoints (TiKV keeps the MVCC versions it reads the schema from that long).
 SCHEMA_GC_LIFE_SECONDS = 600.0
-
+# Seconds a single-node capture waits after start before warming Spark for its first changefeed.
 LOCAL_WARM_UP_DELAY = 5.0
 
 
