@@ -120,7 +120,7 @@ fn malformed(message: String) -> PyErr {
 }
 
 /// MySQL packets from a socket someone else owns (pymysql's): never closed here.
-struct Packets {
+pub(crate) struct Packets {
     stream: ManuallyDrop<TcpStream>,
     buf: Vec<u8>,
     start: usize,
@@ -129,12 +129,16 @@ struct Packets {
     joined: Vec<u8>,
 }
 
-enum Payload {
+pub(crate) enum Payload {
     Buffered(usize, usize),
     Joined,
 }
 
 impl Packets {
+    pub(crate) fn new(stream: ManuallyDrop<TcpStream>) -> Self {
+        Packets { stream, buf: vec![0; 1 << 18], start: 0, end: 0, joined: Vec::new() }
+    }
+
     /// Makes at least `need` unread bytes available, reading with the GIL released.
     fn fill(&mut self, py: Python<'_>, need: usize) -> PyResult<()> {
         if self.end - self.start >= need {
@@ -159,14 +163,14 @@ impl Packets {
                 }
             });
             match read {
-                Ok(0) => return Err(PyOSError::new_err("the upstream closed the replication connection")),
+                Ok(0) => return Err(PyOSError::new_err("the upstream closed the connection")),
                 Ok(n) => self.end += n,
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                     return Err(PyTimeoutError::new_err(
-                        "no data from the upstream's replication connection within the read timeout",
+                        "no data from the upstream within the read timeout",
                     ))
                 }
-                Err(e) => return Err(PyOSError::new_err(format!("reading the replication connection: {e}"))),
+                Err(e) => return Err(PyOSError::new_err(format!("reading from the upstream: {e}"))),
             }
             // Let a Ctrl-C or a task kill through between reads.
             py.check_signals()?;
@@ -176,7 +180,7 @@ impl Packets {
 
     /// The next payload, joined when it spans packets; sequence numbers are not checked
     /// (TCP keeps the order, and the server sends nothing else on this connection).
-    fn next(&mut self, py: Python<'_>) -> PyResult<Payload> {
+    pub(crate) fn next(&mut self, py: Python<'_>) -> PyResult<Payload> {
         let mut joined = false;
         loop {
             self.fill(py, 4)?;
@@ -199,7 +203,17 @@ impl Packets {
         }
     }
 
-    fn payload(&self, which: &Payload) -> &[u8] {
+    /// Bytes read from the socket and not yet framed.
+    pub(crate) fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Takes the read timeout off the socket again, before it goes back to its owner.
+    pub(crate) fn clear_timeout(&self) {
+        let _ = self.stream.set_read_timeout(None);
+    }
+
+    pub(crate) fn payload(&self, which: &Payload) -> &[u8] {
         match which {
             Payload::Buffered(from, to) => &self.buf[*from..*to],
             Payload::Joined => &self.joined,
@@ -510,7 +524,7 @@ pub struct BinlogRangeReader {
     read_timeout: Option<Duration>,
 }
 
-fn borrowed_stream(fd: i32, timeout: Option<Duration>) -> PyResult<ManuallyDrop<TcpStream>> {
+pub(crate) fn borrowed_stream(fd: i32, timeout: Option<Duration>) -> PyResult<ManuallyDrop<TcpStream>> {
     if fd < 0 {
         return Err(PyValueError::new_err(format!("file descriptor {fd} is not open")));
     }
@@ -544,7 +558,7 @@ impl BinlogRangeReader {
         let stream = borrowed_stream(fd, timeout)?;
         let number = file_number(&start_file);
         Ok(BinlogRangeReader {
-            packets: Packets { stream, buf: vec![0; 1 << 18], start: 0, end: 0, joined: Vec::new() },
+            packets: Packets::new(stream),
             state: RangeState {
                 checksum,
                 file: start_file,

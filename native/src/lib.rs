@@ -24,6 +24,7 @@ mod arrow_input;
 mod binlog;
 mod canal_json;
 mod csv;
+mod text_rows;
 
 use std::ffi::{c_char, CString};
 use std::fmt::Write as _;
@@ -1045,6 +1046,7 @@ fn sparkcdc_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<canal_json::CanalJsonLayout>()?;
     m.add_class::<csv::CsvLayout>()?;
     binlog::register(m)?;
+    text_rows::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

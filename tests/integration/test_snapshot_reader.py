@@ -3,6 +3,8 @@ canonical text the binlog decoder gives the same rows, and chunk boundaries cut 
 case-insensitive strings, composite, signed/unsigned, DECIMAL, DATETIME and BINARY keys into
 chunks that hold every row exactly once."""
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
 
@@ -14,9 +16,10 @@ from sparkcdc.upstream.puller import Puller
 from sparkcdc.upstream.range_reader import BinlogRange, read_range
 from sparkcdc.upstream.schema_reader import read_table_info
 from sparkcdc.upstream.snapshot_reader import (
-    CHUNK_MARKER, ChunkRead, check_readable, choose_chunk_key, connect_for_reads, next_boundary, read_chunk_batches,
-    table_indexes,
+    CHUNK_MARKER, ChunkRead, check_readable, choose_chunk_key, connect_for_reads, native_modes, next_boundary,
+    read_chunk_batches, table_indexes,
 )
+from sparkcdc.upstream.native_decode import FORCE_PURE_ENV, native_module
 from sparkcdc.upstream.txn_index import TxnIndex
 
 pytestmark = pytest.mark.integration
@@ -139,3 +142,35 @@ def test_chunk_key_rules_and_privileges(mariadb, fresh_db):
     with pytest.raises(ErrSnapshotTablePrivilege, match=r"GRANT SELECT ON `.*`\.`nokey`"):
         check_readable(limited, nokey)
     assert isinstance(nokey, TableInfo)
+
+
+def test_native_reader_reads_what_pymysql_reads(mariadb, fresh_db, monkeypatch):
+    """The native reader (native/src/text_rows.rs) gives exactly the rows pymysql's path gives:
+    every column type it takes (all but FLOAT and DOUBLE, whose tables stay on pymysql's path),
+    NULLs, binary bytes over 0x7F, values over 16 MB (a payload spread over packets) and batch cuts."""
+    native = native_module()
+    assert native is not None and hasattr(native, "TextRowReader"), "scripts/setup.sh builds native/"
+    conn = mariadb.connect(database=fresh_db)
+    create_alltypes(conn, fresh_db, rows=False)
+    insert_alltypes(conn, fresh_db)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE big (id INT NOT NULL PRIMARY KEY, b LONGBLOB, t LONGTEXT)")
+        # Row 1 is ~18 MB: its payload spans two packets (no single value may pass max_allowed_packet).
+        cur.execute("INSERT INTO big VALUES (1, REPEAT(x'FE', 9 * 1024 * 1024), REPEAT('ü', 4608 * 1024)), "
+                    "(2, NULL, REPEAT('é', 1000)), (3, x'00ff80', '')")
+        cur.execute("INSERT INTO big SELECT seq, CONCAT('b', seq), NULL FROM seq_4_to_300")
+    cfg = UpstreamConfig.from_uri(mariadb.uri)
+    reader = connect_for_reads(cfg)
+    alltypes = read_table_info(reader, fresh_db, "alltypes", 1, 1)
+    taken = replace(alltypes, columns=tuple(c for c in alltypes.columns if c.mysql_type not in ("float", "double")))
+    assert native_modes(native, alltypes.columns) is None and native_modes(native, taken.columns) is not None
+    for info in (taken, read_table_info(reader, fresh_db, "big", 1, 1)):
+        marker, rows = _read(cfg, info, batch_rows=7)
+        monkeypatch.setenv(FORCE_PURE_ENV, "1")
+        assert native_modes(native_module(), info.columns) is None
+        pure_marker, pure_rows = _read(cfg, info, batch_rows=7)
+        monkeypatch.delenv(FORCE_PURE_ENV)
+        assert len(rows) >= 3 and rows == pure_rows and marker[1:] == pure_marker[1:]
+    assert rows[0][1] == "\u00fe" * (9 * 1024 * 1024) and rows[0][2] == "ü" * (4608 * 1024)
+    assert rows[1][1] is None and rows[2][1] == "\x00\xff\x80"
+    reader.close()

@@ -100,7 +100,7 @@ def _batch_rows(builder) -> list[tuple]:
     """The native ChangeBatchBuilder's rows as (commit_ts, seq, table code, op code, before, after)."""
     import pyarrow as pa
 
-    from sparkcdc.upstream.range_reader import _image_array
+    from sparkcdc.model.change_batch import image_array as _image_array
 
     rows, commit_ts, seq, codes, ops, before, after = builder.finish()
     ints = lambda kind, data: pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)]).to_pylist()  # noqa: E731

@@ -80,3 +80,15 @@ def runs_of_equal(values: np.ndarray) -> list[tuple[int, int]]:
     each transaction's rows, each table's)."""
     borders = [0, *(np.flatnonzero(values[1:] != values[:-1]) + 1).tolist(), len(values)]
     return list(zip(borders, borders[1:])) if len(values) else []
+
+
+def image_array(rows: int, buffers: tuple) -> pa.Array:
+    """A `list<string>` array from the native builder's buffers of one image column."""
+    list_validity, list_offsets, list_nulls, value_validity, value_offsets, data, values, value_nulls = buffers
+    strings = pa.Array.from_buffers(
+        pa.string(), values,
+        [pa.py_buffer(value_validity) if value_nulls else None, pa.py_buffer(value_offsets), pa.py_buffer(data)],
+        null_count=value_nulls)
+    return pa.Array.from_buffers(
+        IMAGE_TYPE, rows, [pa.py_buffer(list_validity) if list_nulls else None, pa.py_buffer(list_offsets)],
+        null_count=list_nulls, children=[strings])

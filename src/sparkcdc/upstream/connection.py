@@ -3,11 +3,13 @@ what a failed conversation with it means for a user (`upstream_error`, `binlog_p
 
 from __future__ import annotations
 
+import socket
 from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pymysql
+from pymysql.constants import CR
 
 from sparkcdc.errors import (ErrBinlogPurged, ErrUpstreamBinlogConfig, ErrUpstreamDiverged, ErrUpstreamUnreachable,
                              ErrUpstreamURIInvalid, SparkCDCError)
@@ -57,11 +59,18 @@ class UpstreamConfig:
         return cls(host=host, port=port, user=unquote(user) if user else "root",
                    password=unquote(password) if password else "", others=others)
 
-    def connect(self, **kwargs: Any) -> pymysql.connections.Connection:
-        """A new pymysql connection to `host:port` (utf8mb4, autocommit unless overridden)."""
+    def connect(self, sock: Optional[socket.socket] = None, **kwargs: Any) -> pymysql.connections.Connection:
+        """A new pymysql connection to `host:port` (utf8mb4, autocommit unless overridden), on
+        `sock` (from `connected_socket`) when given, so that its file descriptor is known."""
         settings = {"charset": "utf8mb4", "autocommit": True, "connect_timeout": 10, **kwargs}
         try:
-            return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password, **settings)
+            if sock is None:
+                return pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                       **settings)
+            conn = pymysql.connect(host=self.host, port=self.port, user=self.user, password=self.password,
+                                   defer_connect=True, **settings)
+            conn.connect(sock)
+            return conn
         except pymysql.err.OperationalError as e:
             raise ErrUpstreamUnreachable(
                 f"cannot connect to upstream {self.masked_uri()}: {e.args[-1] if e.args else e}; "
@@ -336,3 +345,19 @@ def server_identity(conn) -> tuple[int, Optional[str]]:
         except pymysql.err.MySQLError:
             uuid = None
     return server_id, (str(uuid).lower() if uuid else None)
+
+
+CONNECT_TIMEOUT_SECONDS = 10  # pymysql's default connect_timeout
+
+
+def connected_socket(upstream: UpstreamConfig) -> socket.socket:
+    """A TCP connection to the upstream set up as pymysql sets up its own, with its error (2003,
+    a connection error the changefeed retries) when the upstream cannot be reached."""
+    try:
+        sock = socket.create_connection((upstream.host, upstream.port), CONNECT_TIMEOUT_SECONDS)
+    except OSError as exc:
+        raise pymysql.err.OperationalError(
+            CR.CR_CONN_HOST_ERROR, f"Can't connect to MySQL server on {upstream.host!r} ({exc})") from exc
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    return sock

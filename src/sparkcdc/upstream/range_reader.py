@@ -20,7 +20,6 @@ decoding needs; the pure path's value converters (numpy) and the puller load on 
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from dataclasses import dataclass, field
@@ -28,7 +27,6 @@ from typing import Callable, Iterable, Iterator, Optional
 
 import pyarrow as pa
 import pymysql
-from pymysql.constants import CR
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import BinLogStreamReader
 from pymysqlreplication.event import (
@@ -45,10 +43,10 @@ from pymysqlreplication.packet import BinLogPacketWrapper
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
-from sparkcdc.model.change_batch import CHANGE_SCHEMA, IMAGE_TYPE, OP_CODES, OP_NAMES, string_array
+from sparkcdc.model.change_batch import CHANGE_SCHEMA, OP_CODES, OP_NAMES, image_array, string_array
 from sparkcdc.model.events import RowChange, TableInfo, Value
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.upstream.connection import UpstreamConfig, lost_connection, upstream_error
+from sparkcdc.upstream.connection import UpstreamConfig, connected_socket, lost_connection, upstream_error
 from sparkcdc.upstream import decoder_fixes  # noqa: F401  (corrects TIME2 decoding)
 from sparkcdc.upstream.native_decode import compile_layout, native_module
 
@@ -342,7 +340,6 @@ def _dump_when_reachable(r: BinlogRange, start: BinlogPosition, give_up_at: floa
 # mysql-replication's reader waited forever.
 READ_TIMEOUT_SECONDS = 300.0
 _COM_BINLOG_DUMP = 0x12
-_CONNECT_TIMEOUT_SECONDS = 10  # pymysql's default connect_timeout, which the replication connection had
 # The server answers a dump that reaches the binlog's end with EOF instead of waiting for more:
 # a range is planned from transactions already read, so its end is never past the binlog's.
 _BINLOG_DUMP_NON_BLOCK = 0x01
@@ -367,19 +364,6 @@ class _ControlConnection:
         return self._dbms
 
 
-def _connected_socket(upstream: UpstreamConfig) -> socket.socket:
-    """A TCP connection to the upstream set up as pymysql sets up its own, with its error (2003,
-    a connection error the changefeed retries) when the upstream cannot be reached."""
-    try:
-        sock = socket.create_connection((upstream.host, upstream.port), _CONNECT_TIMEOUT_SECONDS)
-    except OSError as exc:
-        raise pymysql.err.OperationalError(
-            CR.CR_CONN_HOST_ERROR, f"Can't connect to MySQL server on {upstream.host!r} ({exc})") from exc
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-    return sock
-
-
 class _ReplicationDump:
     """A replication connection whose COM_BINLOG_DUMP is sent, set up as mysql-replication's
     BinLogStreamReader does (checksum negotiation, MariaDB slave capability 4), and the
@@ -389,7 +373,7 @@ class _ReplicationDump:
         # The socket is ours (pymysql's public connect(sock)): after the dump command the framer
         # reads it through its file descriptor, and we write the command on it.
         self.connection = pymysql.connect(**upstream.connection_settings(), defer_connect=True)
-        self.socket = _connected_socket(upstream)
+        self.socket = connected_socket(upstream)
         try:
             self.connection.connect(self.socket)
             with self.connection.cursor() as cursor:
@@ -607,21 +591,9 @@ def change_batch(buffers: tuple, table_names: list) -> pa.RecordBatch:
         schemas.take(code_array),
         tables.take(code_array),
         OP_NAMES.take(op_array),
-        _image_array(rows, before),
-        _image_array(rows, after),
+        image_array(rows, before),
+        image_array(rows, after),
     ], schema=CHANGE_SCHEMA)
-
-
-def _image_array(rows: int, buffers: tuple) -> pa.Array:
-    """A `list<string>` array from the native builder's buffers of one image column."""
-    list_validity, list_offsets, list_nulls, value_validity, value_offsets, data, values, value_nulls = buffers
-    strings = pa.Array.from_buffers(
-        pa.string(), values,
-        [pa.py_buffer(value_validity) if value_nulls else None, pa.py_buffer(value_offsets), pa.py_buffer(data)],
-        null_count=value_nulls)
-    return pa.Array.from_buffers(
-        IMAGE_TYPE, rows, [pa.py_buffer(list_validity) if list_nulls else None, pa.py_buffer(list_offsets)],
-        null_count=list_nulls, children=[strings])
 
 
 class PythonBatchBuilder:

@@ -12,8 +12,10 @@ bound value, so every row falls in exactly one chunk, whatever the collation.
 A chunk is read in its own `START TRANSACTION WITH CONSISTENT SNAPSHOT` (no lock: writers go on),
 whose `binlog_snapshot_file`/`binlog_snapshot_position` say the binlog position the read is
 consistent with: every transaction before it is in the rows, none after it. Values come over
-the text protocol without pymysql's conversions and become the canonical text the binlog
-decoder produces (model/events.py), so sinks cannot tell a snapshot row from a binlog insert.
+the text protocol and become the canonical text the binlog decoder produces (model/events.py),
+so sinks cannot tell a snapshot row from a binlog insert: framed by the native reader
+(native/src/text_rows.rs) when the extension is built and no column needs Python's formatting
+(FLOAT, DOUBLE), else fetched with pymysql without its conversions.
 
 The batches of a chunk start with one marker row (op CHUNK_MARKER, commit_ts the chunk's number
 in its read, after = [position, table version, problem]); the rows follow with that commit_ts
@@ -24,6 +26,7 @@ problem and no rows, and is read again by the driver's next wave.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
@@ -34,17 +37,24 @@ import pymysql.converters
 import pymysql.cursors
 
 from sparkcdc.errors import ErrSnapshotChunkKeyInvalid, ErrSnapshotTablePrivilege
-from sparkcdc.model.change_batch import CHANGE_SCHEMA, IMAGE_TYPE, int64_array, string_array
+from sparkcdc.model.change_batch import CHANGE_SCHEMA, IMAGE_TYPE, image_array, int64_array, string_array
 from sparkcdc.model.events import BINARY_TYPES, GEOMETRY_TYPES, ColumnInfo, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.snapshot import Bound, ChunkKey
 from sparkcdc.model.sql_values import to_parameter
-from sparkcdc.upstream.connection import UpstreamConfig
+from sparkcdc.upstream.connection import UpstreamConfig, connected_socket
+from sparkcdc.upstream.native_decode import native_module
 
 # The op of a chunk's marker row (model.change_batch's RANGE_MARKER is the binlog source's).
 CHUNK_MARKER = "chunk"
-# Rows fetched from the server per change batch.
+# Rows fetched from the server per change batch (pymysql's path; the native reader's batches are
+# _NATIVE_BATCH_FACTOR times that: its cost per batch, not per row, is what a bigger batch saves).
 CHUNK_BATCH_ROWS = 4096
+_NATIVE_BATCH_FACTOR = 4
+# How long the native reader waits for the server's next bytes (net_write_timeout is 600 s).
+READ_TIMEOUT_SECONDS = 600.0
+_COM_QUERY = 0x03
+_MAX_PACKET = 0xFF_FFFF
 # Why a chunk was not read; the driver reads it again.
 PROBLEM_TABLE_CHANGED = "table-changed"
 PROBLEM_TABLE_GONE = "table-gone"
@@ -67,9 +77,10 @@ def table_name(schema: str, table: str) -> str:
     return f"{quote_name(schema)}.{quote_name(table)}"
 
 
-def connect_for_reads(upstream: UpstreamConfig):
-    """A connection that returns values untouched, in UTC (canonical timestamps are UTC)."""
-    conn = upstream.connect(conv=_TEXT_CONVERSIONS, autocommit=True)
+def connect_for_reads(upstream: UpstreamConfig, sock=None):
+    """A connection that returns values untouched, in UTC (canonical timestamps are UTC), on
+    `sock` when given (a socket of ours, which the native reader reads)."""
+    conn = upstream.connect(sock, conv=_TEXT_CONVERSIONS, autocommit=True)
     with conn.cursor() as cursor:
         cursor.execute("SET SESSION time_zone = '+00:00', SESSION net_write_timeout = 600")
     return conn
@@ -288,7 +299,12 @@ def rows_batch(number: int, info: TableInfo, first_seq: int, columns: list[list]
     if width > 1:  # column-major to row-major
         values = values.take(pa.array(np.arange(width * count, dtype=np.int64).reshape(width, count).T.ravel()))
     offsets = pa.array(np.arange(0, width * count + 1, max(1, width), dtype=np.int32)[:count + 1])
-    after = pa.ListArray.from_arrays(offsets, values, type=IMAGE_TYPE)
+    return _inserts(number, info, first_seq, pa.ListArray.from_arrays(offsets, values, type=IMAGE_TYPE))
+
+
+def _inserts(number: int, info: TableInfo, first_seq: int, after: pa.Array) -> pa.RecordBatch:
+    """Insert rows of `info` with the images `after`: commit_ts `number`, seq from `first_seq`."""
+    count = len(after)
     return pa.RecordBatch.from_arrays(
         [pa.array(np.full(count, number, dtype=np.int64)), pa.array(np.arange(first_seq, first_seq + count,
                                                                               dtype=np.int64)),
@@ -296,10 +312,67 @@ def rows_batch(number: int, info: TableInfo, first_seq: int, columns: list[list]
          pa.array(["insert"] * count, pa.string()), pa.nulls(count, IMAGE_TYPE), after], schema=CHANGE_SCHEMA)
 
 
+def native_modes(native, columns: Sequence[ColumnInfo]) -> Optional[list[int]]:
+    """How the native reader (`native`: native_decode.native_module()) makes each column's
+    canonical text, or None when it cannot read the table (no reader in this build, or a
+    column only Python formats: FLOAT, DOUBLE)."""
+    if native is None or not hasattr(native, "TextRowReader"):
+        return None
+    modes = {None: native.TEXT_MODE_TEXT, _latin1: native.TEXT_MODE_LATIN1, _bit: native.TEXT_MODE_BIT}
+    result = []
+    for column in columns:
+        mode = modes.get(value_formatter(column))
+        if mode is None:
+            return None
+        result.append(mode)
+    return result
+
+
+def _pymysql_batches(cursor, sql: str, params: list, read: ChunkRead, info: TableInfo,
+                     batch_rows: int) -> Iterator[pa.RecordBatch]:
+    cursor.execute(sql, params)
+    seq = 0
+    while True:
+        rows = cursor.fetchmany(batch_rows)
+        if not rows:
+            return
+        yield rows_batch(read.number, info, seq, canonical_rows(info.columns, rows))
+        seq += len(rows)
+
+
+def _native_batches(cursor, sock, native, modes: list[int], sql: str, params: list, read: ChunkRead,
+                    info: TableInfo, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The SELECT sent as a COM_QUERY on the connection's own socket and its answer framed by
+    the native reader (native/src/text_rows.rs): the same batches as `_pymysql_batches`."""
+    query = cursor.mogrify(sql, params).encode("utf-8")
+    if len(query) + 1 >= _MAX_PACKET:
+        raise ValueError("a chunk's SELECT over 16 MB")
+    sock.sendall(struct.pack("<I", len(query) + 1)[:3] + b"\x00" + bytes([_COM_QUERY]) + query)
+    reader = native.TextRowReader(sock.fileno(), modes, READ_TIMEOUT_SECONDS)
+    seq = 0
+    while True:
+        result = reader.read(batch_rows * _NATIVE_BATCH_FACTOR)
+        if result is None:
+            return
+        if isinstance(result, bytes):
+            pymysql.err.raise_mysql_exception(result)
+        rows, after = result
+        yield _inserts(read.number, info, seq, image_array(rows, after))
+        seq += rows
+
+
 def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
-    """The chunk's marker, then its rows as of one consistent snapshot, `batch_rows` at a time."""
+    """The chunk's marker, then its rows as of one consistent snapshot, `batch_rows` at a time
+    (with the native reader, `_NATIVE_BATCH_FACTOR` times that)."""
     info = TableInfo.from_json(read.table_info)
-    conn = connect_for_reads(read.upstream)
+    modes = native_modes(native_module(), info.columns)
+    sock = None if modes is None else connected_socket(read.upstream)
+    try:
+        conn = connect_for_reads(read.upstream, sock)
+    except BaseException:
+        if sock is not None:
+            sock.close()
+        raise
     try:
         with conn.cursor(pymysql.cursors.SSCursor) as cursor:
             cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
@@ -311,8 +384,12 @@ def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> I
             if read.key is not None:
                 predicate, params = chunk_predicate(key_columns(info, read.key), read.low, read.high)
                 sql += f" FORCE INDEX ({quote_name(read.key.index)}) WHERE {predicate}"
+            if modes is None:
+                batches = _pymysql_batches(cursor, sql, params, read, info, batch_rows)
+            else:
+                batches = _native_batches(cursor, sock, native_module(), modes, sql, params, read, info, batch_rows)
             try:
-                cursor.execute(sql, params)
+                first = next(batches, None)  # the SELECT's answer starts: refusals come here
             except pymysql.err.MySQLError as exc:
                 number = exc.args[0] if exc.args else 0
                 if number in (_TABLE_ACCESS_DENIED, _COLUMN_ACCESS_DENIED):
@@ -323,13 +400,9 @@ def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> I
                     return
                 raise
             yield _marker(read.number, info, str(position), "")
-            seq = 0
-            while True:
-                rows = cursor.fetchmany(batch_rows)
-                if not rows:
-                    break
-                yield rows_batch(read.number, info, seq, canonical_rows(info.columns, rows))
-                seq += len(rows)
+            if first is not None:
+                yield first
+                yield from batches
             cursor.execute("COMMIT")
     finally:
         conn.close()
