@@ -14,7 +14,8 @@ from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.snapshot import ChunkKey, ChunkState, SnapshotState, TableSnapshot
 from sparkcdc.pipeline.batch_sink import tables_of
-from sparkcdc.pipeline.snapshot import PendingChunk, SnapshotStage
+from sparkcdc.pipeline.snapshot import PendingChunk, SnapshotStage, _Wave
+from sparkcdc.upstream.snapshot_reader import _marker, rows_batch
 from sparkcdc.upstream.txn_index import TableVersion, TxnIndex, TxnRecord
 
 FILE = "mysql-bin.000001"
@@ -116,6 +117,27 @@ def test_chunk_of_another_table_version_is_read_again(index):
     assert snapshot.placements(300, 10_000) == []
     assert stale not in snapshot._pending
     pend(snapshot, 500, version=204)
+    assert [p.commit_ts for p in snapshot.placements(300, 10_000)] == [301]
+
+
+def test_a_batch_cannot_slip_between_a_wave_read_and_its_chunks_pending(index):
+    """wait_for_reads lets a batch through once the wave no longer reads; by then its chunks must
+    be pending, or a batch holding their positions would be written without them."""
+    snapshot = stage(index)
+    table = snapshot.state.tables[0]
+    wave = _Wave(300)
+    wave.chunks.append((table, table.chunks[0], None))
+    snapshot._reading = wave
+    snapshot._read_wave = lambda reads: pa.Table.from_batches([
+        _marker(0, info("t", 100), str(BinlogPosition(FILE, 400)), ""),
+        rows_batch(0, info("t", 100), 0, [["1", "2"], ["x", "y"]])])
+    reading_while_sliced = []
+    slice_chunks = snapshot._pending_chunks
+    snapshot._pending_chunks = lambda wave, rows: (reading_while_sliced.append(snapshot._reading is wave),
+                                                   slice_chunks(wave, rows))[1]
+    snapshot._read(wave)
+    assert reading_while_sliced == [True]
+    assert snapshot._reading is None and [p.position.pos for p in snapshot._pending] == [400]
     assert [p.commit_ts for p in snapshot.placements(300, 10_000)] == [301]
 
 

@@ -374,16 +374,19 @@ class SnapshotStage:
     def _read(self, wave: _Wave) -> None:
         log.info("snapshot of %s reads %s", self.name,
                  ", ".join(f"{table.name}#{chunk.number}" for table, chunk, _ in wave.chunks))
+        # The wave stops counting as reading only together with its chunks becoming pending: a
+        # batch let through in between would miss chunks whose position lies inside it.
         try:
-            rows = self._read_wave([read for _, _, read in wave.chunks])
-        finally:
+            read = self._pending_chunks(wave, self._read_wave([read for _, _, read in wave.chunks]))
+        except BaseException:
             with self._lock:
                 self._reading = None
                 self._lock.notify_all()
-        read = self._pending_chunks(wave, rows)
+            raise
         with self._lock:
             self._pending.extend(read)
             self.chunks_read += len(read)
+            self._reading = None
             self._lock.notify_all()
         if len(read) < len(wave.chunks):
             self._stop.wait(RETRY_SECONDS)
