@@ -4,6 +4,8 @@ its read saw, or at the start of a batch beyond it; never before the index has r
 chunk read with another table version than its position's goes back to be read again; a table
 without a key has its changes dropped until its chunk is in; done chunks survive in the store."""
 
+from dataclasses import replace
+
 import pyarrow as pa
 import pytest
 
@@ -167,3 +169,32 @@ def test_changes_of_a_table_without_key_are_dropped_until_its_chunk_is_in(index)
     assert sorted(merged["commit_ts"].to_pylist()) == [201, 201, 201, 202, 300]
     snapshot.placed(placements)
     assert snapshot.dropped_before() == {("db", "nokey"): 200}  # a replay drops what the chunk holds
+
+
+def test_the_stream_is_capped_at_a_wave_start_while_the_wave_reads(index, tmp_path):
+    """While a wave reads, the source plans batches only up to the wave's start (they hold no
+    chunk position of the wave, so they are written meanwhile); the cap goes with the read."""
+    from sparkcdc.pipeline.planning import SourceOptions, stream_cap
+
+    cap_file = str(tmp_path / "snapshot-cap")
+    snapshot = stage(index)
+    snapshot._cap_file = cap_file
+    options = SourceOptions(str(tmp_path / "index.sqlite"), "mysql://root@127.0.0.1:1/", 0, cap_file=cap_file)
+    assert options.capped() is options
+    wave = snapshot._next_wave()
+    assert wave is not None and snapshot._reading is wave
+    assert stream_cap(cap_file) == wave.since == index.resolved_ts()
+    assert options.capped().target_ts == wave.since
+    assert replace(options, target_ts=wave.since - 5).capped().target_ts == wave.since - 5  # a changefeed's own target
+    snapshot._read_wave = lambda reads: pa.Table.from_batches([
+        _marker(0, info("t", 100), str(BinlogPosition(FILE, 400)), ""),
+        rows_batch(0, info("t", 100), 0, [["1"], ["x"]])])
+    snapshot._read(wave)
+    assert stream_cap(cap_file) is None and options.capped() is options and len(snapshot._pending) == 1
+    snapshot._pending.clear()  # as if the stream had taken it, unwritten: the chunk is read again
+    snapshot._reading = snapshot._next_wave()
+    assert stream_cap(cap_file) == snapshot._reading.since  # a failed read lifts the cap too
+    snapshot._read_wave = lambda reads: (_ for _ in ()).throw(OSError("the upstream closed the connection"))
+    with pytest.raises(OSError):
+        snapshot._read(snapshot._reading)
+    assert stream_cap(cap_file) is None

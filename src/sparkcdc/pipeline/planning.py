@@ -35,9 +35,10 @@ Executors unpickle the partitions, so this module imports nothing the read tasks
 from __future__ import annotations
 
 import logging
+import os
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
@@ -114,6 +115,10 @@ class SourceOptions:
     # While this file exists the source plans no batch (latestOffset returns its start): a stop
     # creates it to bring the query to rest first (query_rest.py).
     hold_file: str = ""
+    # While this file holds a commit-ts, batches end at or before it (`stream_cap`): the snapshot
+    # stage caps the stream at a wave's start while the wave reads (pipeline/snapshot.py), so the
+    # batches below it are written meanwhile instead of waiting for the wave.
+    cap_file: str = ""
 
     def to_options(self) -> dict[str, str]:
         # The password goes apart, under a key Spark's spark.redaction.regex matches: Spark shows
@@ -136,6 +141,7 @@ class SourceOptions:
             "batch_interval_ms": str(self.batch_interval_ms),
             "spool_dir": self.spool_dir,
             "hold_file": self.hold_file,
+            "cap_file": self.cap_file,
         }
 
     @classmethod
@@ -157,7 +163,41 @@ class SourceOptions:
             batch_interval_ms=int(options.get("batch_interval_ms", str(DEFAULT_BATCH_INTERVAL_MS))),
             spool_dir=options.get("spool_dir", ""),
             hold_file=options.get("hold_file", ""),
+            cap_file=options.get("cap_file", ""),
         )
+
+    def capped(self) -> "SourceOptions":
+        """These options with the cap file's commit-ts, if any, as the target of the next batch."""
+        cap = stream_cap(self.cap_file)
+        if cap is None:
+            return self
+        return replace(self, target_ts=min(self.target_ts, cap) if self.target_ts else cap)
+
+
+def stream_cap(path: str) -> Optional[int]:
+    """The commit-ts in the cap file at `path`, or None when there is none."""
+    if not path:
+        return None
+    try:
+        with open(path, encoding="ascii") as file:
+            return int(file.read())
+    except (FileNotFoundError, ValueError):  # none (set_stream_cap renames a whole file into place)
+        return None
+
+
+def set_stream_cap(path: str, ts: Optional[int]) -> None:
+    """Caps the stream at `ts` (written whole, then renamed into place), or lifts the cap (None)."""
+    if not path:
+        return
+    if ts is None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        return
+    with open(path + ".tmp", "w", encoding="ascii") as file:
+        file.write(str(ts))
+    os.replace(path + ".tmp", path)
 
 
 @dataclass(frozen=True)

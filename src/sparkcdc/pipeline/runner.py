@@ -280,8 +280,11 @@ class ChangefeedRunner:
             sink = spec.open(replicating_ts=TxnIndex(self._index_path).resolved_ts(), retry_seconds=SINK_RETRY_SECONDS,
                              changefeed=f"{info.namespace}/{info.id}", changefeed_epoch=info.create_time)
             spool_dir = self._spool_dir(info)
+            # The snapshot stage caps the stream while a wave of chunks reads (SourceOptions.cap_file):
+            # in the spool dir, which the source's process (on this machine) can read.
+            cap_file = os.path.join(spool_dir, "snapshot-cap") if spool_dir else ""
             try:
-                snapshot = self._snapshot_stage(info, config, sink, parallelism, spool_dir)
+                snapshot = self._snapshot_stage(info, config, sink, parallelism, spool_dir, cap_file)
             except BaseException:
                 _close_quietly(sink)
                 raise
@@ -304,6 +307,7 @@ class ChangefeedRunner:
                 batch_interval_ms=round(trigger_seconds(self._trigger) * 1000),
                 spool_dir=spool_dir,
                 hold_file=hold_file,
+                cap_file=cap_file if snapshot is not None else "",
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
             self._warn_cascades(info, spec)
@@ -379,7 +383,7 @@ class ChangefeedRunner:
             _warn_cascade(info, spec, f"{schema}.{table}", "; ".join(map(describe_cascade, keys)))
 
     def _snapshot_stage(self, info: ChangefeedInfo, config: ReplicaConfig, sink: Sink, parallelism: int,
-                        spool_dir: str) -> "SnapshotStage | None":
+                        spool_dir: str, cap_file: str = "") -> "SnapshotStage | None":
         """The changefeed's snapshot stage when `[snapshot] mode` asks for one; on its first start it
         sends the tables' definitions to the sink and moves the checkpoint to where the copy starts."""
         if config.snapshot.mode == "never":
@@ -399,7 +403,7 @@ class ChangefeedRunner:
             return unpack_changes(session.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load().toArrow())
 
         stage = SnapshotStage(info.namespace, info.id, config, self._upstream_uri, index, self._store, read_wave,
-                              parallelism)
+                              parallelism, cap_file=cap_file)
         checkpoint = self._store.get_status(info.namespace, info.id).checkpoint_ts
         start = stage.bootstrap(sink, checkpoint)
         if start > checkpoint:

@@ -57,6 +57,7 @@ from sparkcdc.model.changefeed import ChangefeedStore
 from sparkcdc.model.events import DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.snapshot import ChunkState, SnapshotState, TableSnapshot
+from sparkcdc.pipeline.planning import set_stream_cap
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.upstream.connection import UpstreamConfig, binlog_end
 from sparkcdc.upstream.snapshot_reader import (
@@ -148,9 +149,10 @@ class SnapshotStage:
 
     def __init__(self, namespace: str, changefeed_id: str, config, upstream_uri: str, index: TxnIndex,
                  store: ChangefeedStore, read_wave: Callable[[list[ChunkRead]], pa.Table], parallelism: int,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, cap_file: str = ""):
         """`config` the ReplicaConfig; `read_wave` runs the chunk reads (a Spark job) and returns
-        their CHANGE_SCHEMA rows with markers."""
+        their CHANGE_SCHEMA rows with markers; `cap_file` the stream's cap file
+        (SourceOptions.cap_file), "" where the source cannot read it."""
         self.namespace, self.changefeed_id = namespace, changefeed_id
         self.name = f"{namespace}/{changefeed_id}"
         self._config = config
@@ -171,6 +173,7 @@ class SnapshotStage:
         self.failure: Optional[BaseException] = None
         self._last_log = 0.0
         self.chunks_read = 0  # by this run (the restart tests read it from the log)
+        self._cap_file = cap_file
 
     def _server(self) -> UpstreamConfig:
         """The server the index follows (of several in the URI, the primary): a chunk's binlog
@@ -281,6 +284,7 @@ class SnapshotStage:
             self._lock.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(60)
+        set_stream_cap(self._cap_file, None)
 
     close = stop
 
@@ -353,6 +357,9 @@ class SnapshotStage:
             self._persist()  # the new boundaries survive a restart
             # The resolved-ts read above is older than now: every chunk's position is after it.
             self._reading = wave
+            # So the stream may run up to it meanwhile: batches below it are written while the
+            # wave reads (a batch beyond it would wait for the wave in wait_for_reads).
+            set_stream_cap(self._cap_file, since)
         return wave
 
     def _plan_chunk(self, conn, info: TableInfo, table: TableSnapshot) -> ChunkState:
@@ -381,12 +388,14 @@ class SnapshotStage:
         except BaseException:
             with self._lock:
                 self._reading = None
+                set_stream_cap(self._cap_file, None)
                 self._lock.notify_all()
             raise
         with self._lock:
             self._pending.extend(read)
             self.chunks_read += len(read)
             self._reading = None
+            set_stream_cap(self._cap_file, None)
             self._lock.notify_all()
         if len(read) < len(wave.chunks):
             self._stop.wait(RETRY_SECONDS)

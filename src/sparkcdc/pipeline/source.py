@@ -72,7 +72,7 @@ class BinlogStreamReader(DataSourceStreamReader):
         begin = BatchOffset.of(start) if start else BatchOffset(self.options.start_ts)
         if self.options.hold_file and os.path.exists(self.options.hold_file):
             return begin.to_json()
-        return self._pacer.plan(self._index(), begin, self.options).to_json()
+        return self._pacer.plan(self._index(), begin, self.options.capped()).to_json()
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         start, end = BatchOffset.of(start), BatchOffset.of(end)
