@@ -365,7 +365,8 @@ def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> I
     """The chunk's marker, then its rows as of one consistent snapshot, `batch_rows` at a time
     (with the native reader, `_NATIVE_BATCH_FACTOR` times that)."""
     info = TableInfo.from_json(read.table_info)
-    modes = native_modes(native_module(), info.columns)
+    native = native_module()
+    modes = native_modes(native, info.columns)
     sock = None if modes is None else connected_socket(read.upstream)
     try:
         conn = connect_for_reads(read.upstream, sock)
@@ -387,7 +388,7 @@ def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> I
             if modes is None:
                 batches = _pymysql_batches(cursor, sql, params, read, info, batch_rows)
             else:
-                batches = _native_batches(cursor, sock, native_module(), modes, sql, params, read, info, batch_rows)
+                batches = _native_batches(cursor, sock, native, modes, sql, params, read, info, batch_rows)
             try:
                 first = next(batches, None)  # the SELECT's answer starts: refusals come here
             except pymysql.err.MySQLError as exc:
