@@ -24,28 +24,16 @@ import os
 import statistics
 import random
 import sys
-import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from sparkcdc.testing.ha import WARM_UP_DONE, WARM_UP_FAILED  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, tree_usage  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
-
-class PeakSampler(threading.Thread):
-    def __init__(self, pid: int):
-        super().__init__(daemon=True)
-        self.pid, self.peak, self.done = pid, 0, threading.Event()
-
-    def run(self):
-        while not self.done.is_set():
-            self.peak = max(self.peak, tree_usage(self.pid)[1])
-            time.sleep(0.2)
-
 
 def run_workload(conn, changes: int, seed: int = 1) -> int:
     rng = random.Random(seed)
@@ -118,7 +106,7 @@ def output_rows(directory: str, protocol: str) -> int:
 def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int, sink_dir: str,
                    protocol: str) -> tuple[float, float, int]:
     """Seconds, CPU seconds and peak RSS of `server`'s process tree for one catch-up changefeed."""
-    sampler = PeakSampler(server.process.pid)
+    sampler = PeakRSS(server.process.pid)
     cpu_before = tree_usage(server.process.pid)[0]
     sampler.start()
     began = time.monotonic()
@@ -128,10 +116,11 @@ def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int,
     while server.checkpoint(name) < end_ts:
         time.sleep(0.2)
     elapsed = time.monotonic() - began
-    sampler.done.set()
+    peak = sampler.stop()
+    print(f"  at the peak: {format_breakdown(sampler.at_peak)}", flush=True)
     cpu_used = tree_usage(server.process.pid)[0] - cpu_before
     server.cli("changefeed", "remove", "-c", name)
-    return elapsed, cpu_used, sampler.peak
+    return elapsed, cpu_used, peak
 
 
 def binlog_end(conn) -> tuple[str, int]:

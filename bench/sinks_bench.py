@@ -30,7 +30,6 @@ import argparse
 import os
 import statistics
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -45,26 +44,12 @@ import workloads  # noqa: E402
 from capture_bench import anchor_schema_history, binlog_end, output_rows, start_server, wait_indexed  # noqa: E402
 
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import tree_usage  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 SINKS = ("file", "kafka", "mysql", "delta", "iceberg")
-
-
-class PeakSampler(threading.Thread):
-    """Peak RSS of each process tree, sampled every 0.2 s."""
-
-    def __init__(self, pids: dict[str, int]):
-        super().__init__(daemon=True)
-        self.pids, self.peaks, self.done = pids, {name: 0 for name in pids}, threading.Event()
-
-    def run(self):
-        while not self.done.is_set():
-            for name, pid in self.pids.items():
-                self.peaks[name] = max(self.peaks[name], tree_usage(pid)[1])
-            time.sleep(0.2)
 
 
 @dataclass
@@ -83,18 +68,20 @@ def timed_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: in
                      peer_pid: Optional[int]) -> tuple[float, float, int, Optional[float], Optional[int]]:
     """Seconds, server tree CPU s and peak RSS, peer CPU s and peak RSS for one catch-up changefeed."""
     pids = {"server": server.process.pid, **({"peer": peer_pid} if peer_pid else {})}
-    sampler = PeakSampler(pids)
+    samplers = {name: PeakRSS(pid) for name, pid in pids.items()}
     cpu_before = {name: tree_usage(pid)[0] for name, pid in pids.items()}
-    sampler.start()
+    for sampler in samplers.values():
+        sampler.start()
     began = time.monotonic()
     server.cli("changefeed", "create", "-c", name, "--start-ts", str(start_ts), "--sink-uri", uri)
     while server.checkpoint(name) < end_ts:
         time.sleep(0.2)
     elapsed = time.monotonic() - began
-    sampler.done.set()
+    peaks = {name: sampler.stop() for name, sampler in samplers.items()}
+    print(f"  server at its peak: {format_breakdown(samplers['server'].at_peak)}", flush=True)
     cpu = {name: tree_usage(pid)[0] - cpu_before[name] for name, pid in pids.items()}
     server.cli("changefeed", "remove", "-c", name)
-    return elapsed, cpu["server"], sampler.peaks["server"], cpu.get("peer"), sampler.peaks.get("peer")
+    return elapsed, cpu["server"], peaks["server"], cpu.get("peer"), peaks.get("peer")
 
 
 def kafka_row_changes(bootstrap: str, topic: str, protocol: str) -> tuple[int, dict[str, int]]:

@@ -50,10 +50,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from capture_bench import (  # noqa: E402
-    PeakSampler, anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, start_server, tree_usage,
+    anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, start_server, tree_usage,
 )
 import workloads  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
@@ -112,18 +113,18 @@ def run_measured(command: list[str], rows: int, work_dir: str, name: str) -> tup
     began = time.monotonic()
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=open(os.path.join(work_dir, f"{name}.log"), "wb"),
                                text=True)
-    sampler = PeakSampler(process.pid)
+    sampler = PeakRSS(process.pid)
     sampler.start()
     cpu = 0.0
     while process.poll() is None:
         cpu = max(cpu, tree_usage(process.pid)[0])
         time.sleep(0.1)
     elapsed = time.monotonic() - began
-    sampler.done.set()
+    peak = sampler.stop()
     report = process.stdout.read().strip()
     if process.returncode != 0 or f"rows={rows} " not in report:
         raise SystemExit(f"{name} failed (exit {process.returncode}, {report!r}); see {work_dir}/{name}.log")
-    return elapsed, cpu, sampler.peak, report
+    return elapsed, cpu, peak, report
 
 
 def main() -> int:
@@ -137,6 +138,9 @@ def main() -> int:
                              "server's Spark warm-up has ended (warm); default %(default)s")
     parser.add_argument("--scrape-seconds", type=float, default=SCRAPE_SECONDS,
                         help="how often /metrics is scraped during a sparkcdc run (default %(default)s)")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="one more `sparkcdc server` argument for the sparkcdc runs, e.g. "
+                             "--server-arg=--spark-conf --server-arg=spark.driver.memory=512m; repeatable")
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if not tools or set(tools) - set(TOOLS):
@@ -194,7 +198,7 @@ def main() -> int:
                     if server is not None and not server_stopped:
                         server.stop()
                     server = start_server(data_dir, mariadb.uri, "native", warm=args.sparkcdc_start == "warm",
-                                          extra_args=() if metrics else ("--metrics", "off"))
+                                          extra_args=tuple(args.server_arg) + (() if metrics else ("--metrics", "off")))
                     server_stopped = False
                     scraper = MetricsScraper(server.url, args.scrape_seconds) if metrics else None
                     if scraper is not None:

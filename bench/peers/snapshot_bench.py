@@ -35,9 +35,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from capture_bench import PeakSampler, output_rows, start_server, tree_usage  # noqa: E402
+from capture_bench import output_rows, start_server, tree_usage  # noqa: E402
 from peers_bench import build_java, run_measured  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 TOOLS = ("debezium", "flink-cdc", "sparkcdc")
@@ -88,7 +89,7 @@ class LatencyWriter(threading.Thread):
 
 
 def run_sparkcdc(server, name: str, sink_dir: str, rows: int, parallelism: int) -> tuple[float, float, int]:
-    sampler = PeakSampler(server.process.pid)
+    sampler = PeakRSS(server.process.pid)
     cpu_before = tree_usage(server.process.pid)[0]
     sampler.start()
     config = os.path.join(os.path.dirname(sink_dir), f"{name}.toml")
@@ -101,9 +102,10 @@ def run_sparkcdc(server, name: str, sink_dir: str, rows: int, parallelism: int) 
     while server.api("GET", f"/api/v2/changefeeds/{name}")["state"] != "finished":
         time.sleep(0.2)
     elapsed = time.monotonic() - began
-    sampler.done.set()
+    peak = sampler.stop()
+    print(f"  at the peak: {format_breakdown(sampler.at_peak)}", flush=True)
     cpu = tree_usage(server.process.pid)[0] - cpu_before
-    return elapsed, cpu, sampler.peak
+    return elapsed, cpu, peak
 
 
 def main() -> int:

@@ -21,6 +21,7 @@ def test_without_user_options_the_driver_gets_ours_and_the_archive():
     ("", {"JAVA_TOOL_OPTIONS": "-XX:+UseParallelGC -Xmx2g"}, "-XX:+UseSerialGC"),
     ("", {"_JAVA_OPTIONS": "-XX:TieredStopAtLevel=4"}, "-XX:TieredStopAtLevel=1"),
     ("-Xshare:off", {}, "-XX:SharedArchiveFile=/c.jsa"),
+    ("-Xms1g", {}, "-Xms32m"),
     ("", {"JDK_JAVA_OPTIONS": "-XX:SharedArchiveFile=/mine.jsa"}, "-XX:SharedArchiveFile=/c.jsa"),
 ])
 def test_a_user_option_replaces_ours_for_the_same_setting(user, environ, dropped):
@@ -57,3 +58,21 @@ def test_no_java_no_archive(tmp_path):
 def test_the_cache_dir_defaults_to_xdg_then_home():
     assert class_archive.cache_dir({"XDG_CACHE_HOME": "/x"}) == os.path.join("/x", "sparkcdc")
     assert class_archive.cache_dir({"SPARKCDC_CACHE_DIR": "/y", "XDG_CACHE_HOME": "/x"}) == "/y"
+
+
+def test_arrow_allocator_is_the_systems_unless_the_user_chose_one():
+    import pyarrow as pa
+
+    from sparkcdc.pipeline.spark_session import ARROW_MEMORY_POOL, use_arrow_memory_pool
+
+    before = pa.default_memory_pool()
+    try:
+        environ: dict[str, str] = {}
+        assert use_arrow_memory_pool(environ) == ARROW_MEMORY_POOL == "system"
+        assert environ == {"ARROW_DEFAULT_MEMORY_POOL": "system"}  # what the Python workers inherit
+        assert pa.default_memory_pool().backend_name == "system"
+        environ = {"ARROW_DEFAULT_MEMORY_POOL": "mimalloc"}
+        assert use_arrow_memory_pool(environ) == "mimalloc"
+        assert pa.default_memory_pool().backend_name == "mimalloc"
+    finally:
+        pa.set_memory_pool(before)

@@ -29,8 +29,16 @@ _PLAIN_CHECKPOINT_FILE_MANAGER = \
 
 # The capture's driver JVM spent ~21 of its ~45 CPU s on a 1M-change catch-up compiling with C2:
 # C1 only (TieredStopAtLevel=1) and the serial collector cut the run's CPU from 47-50 s to 33-35 s
-# and did not slow it (docs/benchmarks.md). The heap is spark.driver.memory's.
-DRIVER_JAVA_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# and did not slow it (docs/benchmarks.md). The heap's limit is spark.driver.memory's; it starts at
+# 32 MiB instead of the JVM's 1/64 of the machine's memory (384 MiB at 24 GB), whose young
+# generation the serial collector touched whole: a 1M-change catch-up with local executors (batches
+# spooled to files, pipeline/transport.py) peaks at ~100 MiB of heap, and the JVM's RSS went from
+# 433 to 344 MiB at no cost in CPU (bench/README.md).
+DRIVER_JAVA_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xms32m")
+# Arrow's allocator in the driver and the Python workers: the C library's, which hands large freed
+# buffers back to the system at once. pyarrow's default (mimalloc) kept tens of MiB of a batch's
+# freed buffers in each process (bench/README.md). A user's ARROW_DEFAULT_MEMORY_POOL wins.
+ARROW_MEMORY_POOL = "system"
 _ENVIRONMENT_JAVA_OPTIONS = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
 _GARBAGE_COLLECTORS = {"UseSerialGC", "UseParallelGC", "UseG1GC", "UseZGC", "UseShenandoahGC", "UseEpsilonGC"}
 
@@ -66,6 +74,22 @@ def driver_java_options(user_options: str = "", class_archive: Optional[str] = N
     return " ".join([shlex.quote(option) for option in kept] + ([user_options] if user_options else []))
 
 
+def use_arrow_memory_pool(environ=os.environ) -> str:
+    """Sets ARROW_MEMORY_POOL (or the user's ARROW_DEFAULT_MEMORY_POOL) as this process's Arrow
+    allocator and in its environment, which the Python workers that Spark starts inherit; its name."""
+    import pyarrow as pa
+
+    name = environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_MEMORY_POOL)
+    pools = {"system": pa.system_memory_pool, "jemalloc": pa.jemalloc_memory_pool,
+             "mimalloc": pa.mimalloc_memory_pool}
+    if name in pools:
+        try:
+            pa.set_memory_pool(pools[name]())
+        except NotImplementedError:  # a pyarrow built without that allocator keeps its default
+            pass
+    return name
+
+
 def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
                        spark_conf: Optional[Mapping[str, str]] = None, class_archive: Optional[str] = None):
     """A SparkSession whose Python workers run this interpreter (see components.md); `spark_conf`
@@ -75,6 +99,7 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
     java_options = driver_java_options(spark_conf.pop("spark.driver.extraJavaOptions", ""), class_archive)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    arrow_pool = use_arrow_memory_pool()
     from pyspark.sql import SparkSession
 
     builder = (
@@ -98,6 +123,8 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
         .config("spark.hadoop.fs.permissions.umask-mode", "077")
         # Read by bin/spark-submit when it starts the driver JVM, so they must be set here.
         .config("spark.driver.extraJavaOptions", java_options)
+        # Local executors' Python workers inherit this process's environment, a cluster's get this.
+        .config("spark.executorEnv.ARROW_DEFAULT_MEMORY_POOL", arrow_pool)
     )
     for key, value in spark_conf.items():
         builder = builder.config(key, value)

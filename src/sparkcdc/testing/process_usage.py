@@ -49,17 +49,69 @@ def tree_rss_bytes(root_pid: int) -> int:
     return tree_usage(root_pid)[1]
 
 
+def process_label(pid: int) -> str:
+    """What a process of a server's tree is, for memory reports: `java` (Spark's JVM), `python
+    pyspark.daemon` (a Python worker or the daemon forking them), `python sparkcdc server` ..."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [arg.decode(errors="replace") for arg in f.read().split(b"\0") if arg]
+    except OSError:
+        return "gone"
+    if not argv:
+        return "?"
+    program = os.path.basename(argv[0])
+    if program == "java":
+        return "java"
+    if program.startswith("python"):
+        rest = argv[1:]
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            return f"python {rest[1]}"
+        if rest[:1] == ["-c"]:
+            return "python -c"
+        words = [os.path.basename(arg) for arg in rest if not arg.startswith("-")][:2]
+        return " ".join(["python", *words])
+    return program
+
+
+def tree_breakdown(root_pid: int) -> dict[str, tuple[int, int]]:
+    """Resident bytes of the process tree now by process_label: {label: (processes, bytes)}."""
+    totals: dict[str, tuple[int, int]] = {}
+    for pid in process_tree(root_pid):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                rss = int(f.read().rsplit(")", 1)[1].split()[21]) * PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            continue
+        label = process_label(pid)
+        count, total = totals.get(label, (0, 0))
+        totals[label] = (count + 1, total + rss)
+    return totals
+
+
+def format_breakdown(breakdown: dict[str, tuple[int, int]]) -> str:
+    """`java 512 MiB, python pyspark.daemon x3 410 MiB, ...`, largest first."""
+    parts = []
+    for label, (count, total) in sorted(breakdown.items(), key=lambda item: -item[1][1]):
+        parts.append(f"{label}{f' x{count}' if count > 1 else ''} {total / 2**20:,.0f} MiB")
+    return ", ".join(parts)
+
+
 class PeakRSS(threading.Thread):
-    """Samples a process tree's RSS every `interval` seconds until `stop()`; `peak` is the maximum."""
+    """Samples a process tree's RSS every `interval` seconds until `stop()`; `peak` is the maximum and
+    `at_peak` the tree's tree_breakdown() at that sample."""
 
     def __init__(self, root_pid: int, interval: float = 0.25):
         super().__init__(name=f"peak-rss-{root_pid}", daemon=True)
         self.root_pid, self.interval, self.peak = root_pid, interval, 0
+        self.at_peak: dict[str, tuple[int, int]] = {}
         self._done = threading.Event()
 
     def run(self) -> None:
         while not self._done.is_set():
-            self.peak = max(self.peak, tree_rss_bytes(self.root_pid))
+            breakdown = tree_breakdown(self.root_pid)
+            total = sum(rss for _, rss in breakdown.values())
+            if total > self.peak:
+                self.peak, self.at_peak = total, breakdown
             self._done.wait(self.interval)
 
     def stop(self) -> int:

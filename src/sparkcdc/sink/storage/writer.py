@@ -26,7 +26,7 @@ from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from itertools import accumulate
-from typing import TYPE_CHECKING, Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from sparkcdc.config.replica import SinkConfig
 from sparkcdc.errors import ErrStorageIO, ErrStorageUnavailable, SparkCDCError
@@ -106,21 +106,25 @@ class StorageSink(Sink):
     def _path(self, relative: str) -> str:
         return posixpath.join(self._root, relative)
 
-    def _write_atomic(self, relative: str, data: bytes) -> None:
+    def _write_atomic(self, relative: str, data: Union[bytes, Sequence[bytes]]) -> None:
+        """Write the file whole or not at all. `data` may be the file's parts in order: a local
+        file gets them one by one, so a data file of file-size bytes is never copied whole."""
         path = self._path(relative)
+        parts = [data] if isinstance(data, bytes) else data
         try:
             if self.target.is_local:
                 directory, name = posixpath.split(path)
                 temp = posixpath.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
                 self._fs.makedirs(directory, exist_ok=True)
                 with self._fs.open(temp, "wb") as handle:
-                    handle.write(data)
+                    for part in parts:
+                        handle.write(part)
                 self._fs.mv(temp, path)
             else:
                 # One PUT or one multipart upload: the object appears whole or not at all.
-                self._fs.pipe_file(path, data, **self._upload_options)
+                self._fs.pipe_file(path, b"".join(parts), **self._upload_options)
             with self._written_lock:
-                self._written += len(data)
+                self._written += sum(map(len, parts))
         except SparkCDCError:
             raise
         except Exception as exc:  # noqa: BLE001 - every backend raises its own kinds
@@ -239,7 +243,7 @@ class StorageSink(Sink):
         directory = self._data_dir(table, version, date)
         index = self._next_index(key, directory, date)
         name = data_file_name(index, self._extension, self.sink.file_index_digit)
-        self._write_atomic(f"{directory}/{name}", self._encoder.header(table) + b"".join(buffer.chunks))
+        self._write_atomic(f"{directory}/{name}", [self._encoder.header(table), *buffer.chunks])
         self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode())
 
     @property
