@@ -17,7 +17,7 @@ from sparkcdc.consumer.storage_reader import rebuild_tables
 from sparkcdc.model.change_batch import RANGE_MARKER, batch_bounds
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.planning import BatchOffset, RangePartition, SourceOptions, plan_next_batch, plan_partitions
-from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.stream_reader import BinlogStreamReader
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.sink.mysql.sink import MySQLSink
 from sparkcdc.sink.storage import StorageSink

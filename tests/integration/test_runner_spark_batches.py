@@ -14,7 +14,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 
 from sparkcdc.pipeline.runner import marker_only_table, sole_planned_partition
 from sparkcdc.pipeline.spark_session import make_spark_session
-from sparkcdc.pipeline.transport import SPARK_SCHEMA, pack_batch, unpack_changes
+from sparkcdc.pipeline.source import SPARK_SCHEMA
+from sparkcdc.pipeline.transport import pack_batch, unpack_changes
 from sparkcdc.pipeline.planning import MarkerPartition
 from sparkcdc.model.change_batch import marker_batch
 

@@ -10,7 +10,7 @@ from sparkcdc.errors import ErrStartTsInvalid, ErrUpstreamBinlogConfig
 from sparkcdc.model import tso
 from sparkcdc.model.change_batch import RANGE_MARKER
 from sparkcdc.pipeline.planning import BatchOffset, SourceOptions, plan_next_batch, plan_partitions
-from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.stream_reader import BinlogStreamReader
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.testing.mariadb import binlog_gtids
 from sparkcdc.upstream.connection import UpstreamConfig

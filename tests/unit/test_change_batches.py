@@ -12,7 +12,8 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from sparkcdc.model.events import RowChange
 from sparkcdc.model.change_batch import CHANGE_SCHEMA, RANGE_MARKER, marker_batch
-from sparkcdc.pipeline.transport import SPARK_SCHEMA, pack_batch, spool_batches, unpack_changes
+from sparkcdc.pipeline.source import SPARK_SCHEMA
+from sparkcdc.pipeline.transport import pack_batch, spool_batches, unpack_changes
 from sparkcdc.upstream.range_reader import PythonBatchBuilder
 
 

@@ -26,7 +26,7 @@ from sparkcdc.pipeline.connect_loop import (
     validate_spark_remote,
 )
 from sparkcdc.model.change_batch import RANGE_MARKER
-from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.stream_reader import BinlogStreamReader
 from sparkcdc.pipeline.planning import MarkerPartition, RangePartition, SourceOptions, plan_partitions
 from sparkcdc.pipeline.transport import unpack_changes
 

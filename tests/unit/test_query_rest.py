@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from sparkcdc.pipeline import query_rest
-from sparkcdc.pipeline.source import BinlogStreamReader
+from sparkcdc.pipeline.stream_reader import BinlogStreamReader
 from sparkcdc.pipeline.planning import SourceOptions
 
 

@@ -30,8 +30,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, ErrSparkRemoteUnreachable
 from sparkcdc.pipeline.planning import BatchOffset, BatchPacer, MarkerPartition, SourceOptions, plan_partitions
-from sparkcdc.pipeline.source import read_partition
-from sparkcdc.pipeline.transport import SPARK_SCHEMA
+from sparkcdc.pipeline.source import SPARK_SCHEMA
+from sparkcdc.pipeline.stream_reader import read_partition
 from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
 
 log = logging.getLogger(__name__)

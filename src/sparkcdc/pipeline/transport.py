@@ -28,10 +28,9 @@ import pyarrow as pa
 
 from sparkcdc.model.change_batch import CHANGE_SCHEMA
 
-# What Spark carries: one row per record batch of CHANGE_SCHEMA, as an Arrow IPC stream. Spark
-# copies a few large values per batch instead of converting every value: a 32 MB batch's
-# toArrow() took half the time and half the JVM CPU (docs/benchmarks.md).
-SPARK_SCHEMA = "changes binary"
+# What Spark carries (source.SPARK_SCHEMA): one row per record batch of CHANGE_SCHEMA, as an Arrow
+# IPC stream. Spark copies a few large values per batch instead of converting every value: a 32 MB
+# batch's toArrow() took half the time and half the JVM CPU (docs/benchmarks.md).
 _PACKED_SCHEMA = pa.schema([("changes", pa.binary())])
 # A packed value that names a spooled file rather than holding the batch: an Arrow IPC stream
 # starts with its continuation marker (0xFFFFFFFF), never with these bytes.

@@ -21,7 +21,8 @@ from typing import Iterator, Sequence
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
 from sparkcdc.pipeline.query_rest import wait_until_started
-from sparkcdc.pipeline.transport import SPARK_SCHEMA, unpack_changes
+from sparkcdc.pipeline.source import SPARK_SCHEMA
+from sparkcdc.pipeline.transport import unpack_changes
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class _WarmupStreamReader(DataSourceStreamReader):
         # The binlog source's own range-marker batch: the worker imports (and, reused, keeps)
         # the source's read path and Spark takes the same Arrow route as a changefeed's rows.
         from sparkcdc.pipeline.planning import MarkerPartition
-        from sparkcdc.pipeline.source import read_partition
+        from sparkcdc.pipeline.stream_reader import read_partition
 
         yield from read_partition(MarkerPartition(0, _WARMUP_END_TS))
 

@@ -1,0 +1,31 @@
+"""What Spark's planner workers load: at each query start they unpickle the binlog data source
+(pipeline/source.py) in processes of their own, kept until a minute idle. The module must not pull
+pyarrow, pymysql or sparkcdc's read path into them (each ~50 MiB of RSS per process); its reader
+still works through the import it makes when Spark asks for it."""
+
+import json
+import subprocess
+import sys
+
+_CHILD = """
+import json, sys
+from sparkcdc.pipeline.source import BinlogDataSource, SPARK_SCHEMA
+loaded = sorted(name for name in ("pyarrow", "numpy", "pymysql", "sparkcdc.pipeline.planning",
+                                  "sparkcdc.pipeline.stream_reader") if name in sys.modules)
+source = BinlogDataSource({"start_ts": "5", "index_path": "/nonexistent/index.sqlite",
+                           "upstream_uri": "mysql://cdc@127.0.0.1:3306/"})
+schema = source.schema()
+reader = source.streamReader(schema)
+print(json.dumps({"loaded": loaded, "schema": schema, "reader": type(reader).__name__,
+                  "initial": reader.initialOffset()}))
+"""
+
+
+def test_the_data_source_module_loads_only_pysparks_api_and_makes_its_reader_on_demand():
+    done = subprocess.run([sys.executable, "-c", _CHILD], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["loaded"] == []
+    assert result["schema"] == "changes binary"
+    assert result["reader"] == "BinlogStreamReader"
+    assert result["initial"]["ts"] == 5
