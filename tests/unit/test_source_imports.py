@@ -1,7 +1,8 @@
-"""What Spark's planner workers load: at each query start they unpickle the binlog data source
-(pipeline/source.py) in processes of their own, kept until a minute idle. The module must not pull
-pyarrow, pymysql or sparkcdc's read path into them (each ~50 MiB of RSS per process); its reader
-still works through the import it makes when Spark asks for it."""
+"""What Spark's planner workers load: at each query start they unpickle the data source (the binlog
+source, pipeline/source.py; the warm-up's, pipeline/warmup.py) in processes of their own, reused and
+kept until a minute idle. The modules must not pull pyarrow, pymysql or sparkcdc's read path into
+them (~50 MiB of RSS per process); the binlog source's reader still comes through the import it
+makes when Spark asks for it."""
 
 import json
 import subprocess
@@ -10,6 +11,7 @@ import sys
 _CHILD = """
 import json, sys
 from sparkcdc.pipeline.source import BinlogDataSource, SPARK_SCHEMA
+from sparkcdc.pipeline.warmup import WarmupDataSource
 loaded = sorted(name for name in ("pyarrow", "numpy", "pymysql", "sparkcdc.pipeline.planning",
                                   "sparkcdc.pipeline.stream_reader") if name in sys.modules)
 source = BinlogDataSource({"start_ts": "5", "index_path": "/nonexistent/index.sqlite",

@@ -20,9 +20,7 @@ from typing import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparkcdc.pipeline.query_rest import wait_until_started
 from sparkcdc.pipeline.source import SPARK_SCHEMA
-from sparkcdc.pipeline.transport import unpack_changes
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +75,11 @@ class WarmupCancelled(Exception):
 def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = None) -> float:
     """Run one micro-batch through a streaming query like a changefeed's; the seconds it took.
     Setting `cancelled` stops the query and raises WarmupCancelled."""
+    # Here, not at the top: Spark's planner workers unpickle WarmupDataSource and, reused, keep
+    # what its module imported (pipeline/source.py says why that stays PySpark's API alone).
+    from sparkcdc.pipeline.query_rest import wait_until_started
+    from sparkcdc.pipeline.transport import unpack_changes
+
     began = time.monotonic()
     cancelled = cancelled or threading.Event()
     spark.dataSource.register(WarmupDataSource)
