@@ -24,7 +24,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import PeakRSS, tree_usage  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
@@ -130,6 +130,7 @@ def main() -> int:
               f"after {elapsed:.1f}s, CPU {cpu:.1f}s; server tree peak RSS {mib(changefeed_peak)} "
               f"(server + Spark JVM + Python workers); MariaDB peak RSS {mib(upstream_peak)}; "
               f"load average after: {os.getloadavg()}", flush=True)
+        print(f"  server tree at its peak: {format_breakdown(server_peak.at_peak)}", flush=True)
         if not done:
             log_path = server.log_path or os.path.join(base, "cdc", "server.log")
             with open(log_path, encoding="utf-8", errors="replace") as f:
