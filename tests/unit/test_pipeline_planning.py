@@ -216,7 +216,7 @@ def test_a_backlog_runs_at_once_and_a_caught_up_batch_waits_for_the_interval():
     assert pacer.ready(index, BatchOffset(10), BatchOffset(20), backlog=False)
 
 
-def test_an_idle_batch_runs_once_a_second_whatever_the_trigger():
+def test_an_idle_batch_runs_at_most_every_idle_batch_seconds_however_short_the_trigger():
     clock, index = Clock(), FakeIndex([txn(10)], resolved=30)
     pacer = BatchPacer(0.25, clock)
     pacer.ran()
