@@ -15,19 +15,16 @@ from sparkcdc.cli.server_cmd import _spark_mode
 from sparkcdc.errors import ErrSparkRemoteInvalid
 from sparkcdc.model.events import ColumnInfo, TableInfo
 from sparkcdc.pipeline.connect_loop import (
-    BATCH_SOURCE_NAME,
-    PASSWORD_OPTION,
-    PLAN_OPTION,
-    BatchPlan,
     ConnectBatchLoop,
-    PlannedBinlogReader,
     masked_remote,
     trigger_seconds,
     validate_spark_remote,
 )
 from sparkcdc.model.change_batch import RANGE_MARKER
-from sparkcdc.pipeline.stream_reader import BinlogStreamReader
-from sparkcdc.pipeline.planning import MarkerPartition, RangePartition, SourceOptions, plan_partitions
+from sparkcdc.pipeline.source import BATCH_SOURCE_NAME
+from sparkcdc.pipeline.stream_reader import BinlogStreamReader, PlannedBinlogReader
+from sparkcdc.pipeline.planning import (PASSWORD_OPTION, PLAN_OPTION, BatchPlan, MarkerPartition, RangePartition,
+                                        SourceOptions, plan_partitions)
 from sparkcdc.pipeline.transport import unpack_changes
 
 from test_pipeline_planning import FakeIndex, txn

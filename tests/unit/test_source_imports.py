@@ -10,16 +10,20 @@ import sys
 
 _CHILD = """
 import json, sys
-from sparkcdc.pipeline.source import BinlogDataSource, SPARK_SCHEMA
+from sparkcdc.pipeline.source import BinlogDataSource, PlannedBinlogSource, SPARK_SCHEMA
 from sparkcdc.pipeline.warmup import WarmupDataSource
 loaded = sorted(name for name in ("pyarrow", "numpy", "pymysql", "sparkcdc.pipeline.planning",
-                                  "sparkcdc.pipeline.stream_reader") if name in sys.modules)
+                                  "sparkcdc.pipeline.stream_reader", "sparkcdc.pipeline.connect_loop") if name in sys.modules)
 source = BinlogDataSource({"start_ts": "5", "index_path": "/nonexistent/index.sqlite",
                            "upstream_uri": "mysql://cdc@127.0.0.1:3306/"})
 schema = source.schema()
 reader = source.streamReader(schema)
+from sparkcdc.pipeline.planning import BatchPlan, MarkerPartition, SourceOptions
+plan = BatchPlan(SourceOptions(index_path="", upstream_uri="", start_ts=0), (MarkerPartition(0, 1),))
+batch_reader = PlannedBinlogSource(plan.to_options()).reader(schema)
 print(json.dumps({"loaded": loaded, "schema": schema, "reader": type(reader).__name__,
-                  "initial": reader.initialOffset()}))
+                  "initial": reader.initialOffset(), "batch_reader": type(batch_reader).__name__,
+                  "batch_partitions": len(batch_reader.partitions())}))
 """
 
 
@@ -31,3 +35,4 @@ def test_the_data_source_module_loads_only_pysparks_api_and_makes_its_reader_on_
     assert result["schema"] == "changes binary"
     assert result["reader"] == "BinlogStreamReader"
     assert result["initial"]["ts"] == 5
+    assert result["batch_reader"] == "PlannedBinlogReader" and result["batch_partitions"] == 1

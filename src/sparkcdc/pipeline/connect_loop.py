@@ -13,34 +13,20 @@ writing, checkpoints and failure handling are the ones of local and cluster mode
 
 from __future__ import annotations
 
-import base64
-import io
 import logging
-import pickle
 import re
 import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Mapping, Sequence
-
-import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from typing import Callable
 
 from sparkcdc.errors import ErrSparkRemoteInvalid, ErrSparkRemoteSessionLost, ErrSparkRemoteUnreachable
-from sparkcdc.pipeline.planning import BatchOffset, BatchPacer, MarkerPartition, SourceOptions, plan_partitions
-from sparkcdc.pipeline.source import SPARK_SCHEMA
-from sparkcdc.pipeline.stream_reader import read_partition
-from sparkcdc.upstream.connection import UpstreamConfig, split_password, with_password
+from sparkcdc.pipeline.planning import BatchOffset, BatchPacer, BatchPlan, MarkerPartition, SourceOptions, plan_partitions
+from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, PlannedBinlogSource
 
 log = logging.getLogger(__name__)
 
-BATCH_SOURCE_NAME = "sparkcdc_binlog_batch"
-PLAN_OPTION = "plan"
-# The upstream password travels beside the plan, under a key spark.redaction.regex matches, so
-# the Connect server's plans, UI and logs show it redacted; the pickled plan holds none.
-PASSWORD_OPTION = "upstream_password"
 DEFAULT_CONNECT_PORT = 15002  # Spark Connect's, for an sc:// URL without one
 POLL_SECONDS = 0.1  # how often the loop asks BatchPacer whether the next batch may run
 CONNECT_RETRIES = 5  # gRPC retries of one call (backoff 50 ms x4 each time, at most 10 s)
@@ -208,82 +194,6 @@ def _parallelism_of(spark) -> int:
     row = spark.sql("SELECT count(DISTINCT part) AS parts FROM "
                     "(SELECT spark_partition_id() AS part FROM range(0, 100000))").collect()[0]
     return max(1, int(row["parts"] or 1))
-
-
-@dataclass(frozen=True)
-class BatchPlan:
-    """One batch as planned by the capture: the changefeed's source options and its partitions."""
-
-    options: SourceOptions
-    partitions: tuple[InputPartition, ...]
-
-    def to_options(self) -> dict[str, str]:
-        """The read options that carry this plan: the pickled plan without the upstream password,
-        and the password (see PASSWORD_OPTION)."""
-        upstream_uri, password = split_password(self.options.upstream_uri)
-        buffer = io.BytesIO()
-        _PasswordlessPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(
-            replace(self, options=replace(self.options, upstream_uri=upstream_uri)))
-        return {PLAN_OPTION: base64.b64encode(buffer.getvalue()).decode("ascii"), PASSWORD_OPTION: password}
-
-    @staticmethod
-    def from_options(options: Mapping[str, str]) -> "BatchPlan":
-        password = options.get(PASSWORD_OPTION) or ""
-        plan = _PasswordUnpickler(io.BytesIO(base64.b64decode(options[PLAN_OPTION])), password).load()
-        if not isinstance(plan, BatchPlan):
-            raise TypeError(f"the {PLAN_OPTION} option holds a {type(plan).__name__}, not a BatchPlan")
-        if password:
-            plan = replace(plan, options=replace(plan.options,
-                                                 upstream_uri=with_password(plan.options.upstream_uri, password)))
-        return plan
-
-
-class _PasswordlessPickler(pickle.Pickler):
-    """Pickles each UpstreamConfig (in the binlog ranges) without its password."""
-
-    def persistent_id(self, obj):
-        if type(obj) is UpstreamConfig and obj.password:
-            return "upstream", replace(obj, password="")
-        return None
-
-
-class _PasswordUnpickler(pickle.Unpickler):
-    """Puts the password back into the UpstreamConfigs _PasswordlessPickler left it out of."""
-
-    def __init__(self, file, password: str):
-        super().__init__(file)
-        self._password = password
-
-    def persistent_load(self, pid):
-        kind, upstream = pid
-        if kind != "upstream" or type(upstream) is not UpstreamConfig:
-            raise pickle.UnpicklingError(f"unknown persistent id {kind!r} in a {PLAN_OPTION} option")
-        return replace(upstream, password=self._password)
-
-
-class PlannedBinlogReader(DataSourceReader):
-    """Reads the partitions the capture planned, as the stream reader's read tasks do."""
-
-    def __init__(self, plan: BatchPlan):
-        self._plan = plan
-
-    def partitions(self) -> Sequence[InputPartition]:
-        return list(self._plan.partitions)
-
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self._plan.options.spool_dir)
-
-
-class PlannedBinlogSource(DataSource):
-    @classmethod
-    def name(cls) -> str:
-        return BATCH_SOURCE_NAME
-
-    def schema(self) -> str:
-        return SPARK_SCHEMA
-
-    def reader(self, schema) -> DataSourceReader:
-        return PlannedBinlogReader(BatchPlan.from_options(self.options))
 
 
 _TRIGGER_UNITS = {"ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001, "s": 1.0, "second": 1.0,

@@ -34,11 +34,14 @@ Executors unpickle the partitions, so this module imports nothing the read tasks
 
 from __future__ import annotations
 
+import base64
+import io
 import logging
 import os
+import pickle
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Optional, Sequence
 
 from pyspark.sql.datasource import InputPartition
 
@@ -529,3 +532,61 @@ def _replicated_tables_at(
             ", ".join(f"{t.schema}.{t.table}" for t in new),
         )
     return tables
+
+
+# A batch planned in advance travels to a batch read (source.PlannedBinlogSource) as read options:
+# the pickled plan, and beside it the upstream password, under a key spark.redaction.regex matches,
+# so a Connect server's plans, UI and logs show it redacted; the pickled plan holds none.
+PLAN_OPTION = "plan"
+PASSWORD_OPTION = "upstream_password"
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One batch as planned by the capture: the changefeed's source options and its partitions."""
+
+    options: SourceOptions
+    partitions: tuple[InputPartition, ...]
+
+    def to_options(self) -> dict[str, str]:
+        """The read options that carry this plan: the pickled plan without the upstream password,
+        and the password (see PASSWORD_OPTION)."""
+        upstream_uri, password = split_password(self.options.upstream_uri)
+        buffer = io.BytesIO()
+        _PasswordlessPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(
+            replace(self, options=replace(self.options, upstream_uri=upstream_uri)))
+        return {PLAN_OPTION: base64.b64encode(buffer.getvalue()).decode("ascii"), PASSWORD_OPTION: password}
+
+    @staticmethod
+    def from_options(options: Mapping[str, str]) -> "BatchPlan":
+        password = options.get(PASSWORD_OPTION) or ""
+        plan = _PasswordUnpickler(io.BytesIO(base64.b64decode(options[PLAN_OPTION])), password).load()
+        if not isinstance(plan, BatchPlan):
+            raise TypeError(f"the {PLAN_OPTION} option holds a {type(plan).__name__}, not a BatchPlan")
+        if password:
+            plan = replace(plan, options=replace(plan.options,
+                                                 upstream_uri=with_password(plan.options.upstream_uri, password)))
+        return plan
+
+
+class _PasswordlessPickler(pickle.Pickler):
+    """Pickles each UpstreamConfig (in the binlog ranges) without its password."""
+
+    def persistent_id(self, obj):
+        if type(obj) is UpstreamConfig and obj.password:
+            return "upstream", replace(obj, password="")
+        return None
+
+
+class _PasswordUnpickler(pickle.Unpickler):
+    """Puts the password back into the UpstreamConfigs _PasswordlessPickler left it out of."""
+
+    def __init__(self, file, password: str):
+        super().__init__(file)
+        self._password = password
+
+    def persistent_load(self, pid):
+        kind, upstream = pid
+        if kind != "upstream" or type(upstream) is not UpstreamConfig:
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r} in a {PLAN_OPTION} option")
+        return replace(upstream, password=self._password)

@@ -52,9 +52,9 @@ from sparkcdc.observability.metrics import BatchStats, ChangefeedMetrics, Metric
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.pipeline.planning import MarkerPartition, SourceOptions
+from sparkcdc.pipeline.planning import BatchPlan, ChunkPartition, MarkerPartition, SourceOptions
 from sparkcdc.pipeline.query_rest import bring_to_rest
-from sparkcdc.pipeline.source import SOURCE_NAME
+from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.contract import Sink
@@ -395,9 +395,6 @@ class ChangefeedRunner:
                                 spool_dir=spool_dir)
 
         def read_wave(reads):
-            from sparkcdc.pipeline.connect_loop import BATCH_SOURCE_NAME, BatchPlan
-            from sparkcdc.pipeline.planning import ChunkPartition
-
             plan = BatchPlan(options, tuple(ChunkPartition(read) for read in reads))
             session = getattr(self._spark, "session", self._spark)
             return unpack_changes(session.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load().toArrow())

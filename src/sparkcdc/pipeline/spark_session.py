@@ -18,7 +18,7 @@ import shlex
 import sys
 from typing import Mapping, Optional
 
-from sparkcdc.pipeline.source import BinlogDataSource
+from sparkcdc.pipeline.source import BinlogDataSource, PlannedBinlogSource
 
 # How often a query asks its source whether the next batch may run (source.BatchPacer).
 POLLING_DELAY = "100ms"
@@ -132,7 +132,5 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
     spark.sparkContext.setLogLevel("WARN")
     spark.dataSource.register(BinlogDataSource)
     # Batch reads of planned partitions: the snapshot's chunk reads (pipeline/snapshot.py).
-    from sparkcdc.pipeline.connect_loop import PlannedBinlogSource
-
     spark.dataSource.register(PlannedBinlogSource)
     return spark

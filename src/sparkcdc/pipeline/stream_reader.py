@@ -1,4 +1,5 @@
-"""The binlog source's stream reader (pipeline/source.py) and its read tasks.
+"""The binlog sources' readers (pipeline/source.py: the stream's, and the batch reader of partitions
+planned in advance) and their read tasks.
 
 A thin adapter: offsets, pacing and partitions come from pipeline/planning.py (the driver side,
 shared with the Spark Connect loop), the change batches from upstream/range_reader.py (the read
@@ -15,10 +16,10 @@ import os
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from sparkcdc.model.change_batch import marker_batch
-from sparkcdc.pipeline.planning import (BatchOffset, BatchPacer, ChunkPartition, MarkerPartition, SourceOptions,
+from sparkcdc.pipeline.planning import (BatchOffset, BatchPacer, BatchPlan, ChunkPartition, MarkerPartition, SourceOptions,
                                         plan_partitions)
 from sparkcdc.pipeline.transport import pack_batch, spool_batches
 from sparkcdc.upstream.range_reader import read_range_batches
@@ -82,3 +83,16 @@ class BinlogStreamReader(DataSourceStreamReader):
     def commit(self, end: dict) -> None:
         # The checkpoint is advanced by the sink after it flushed, not here.
         pass
+
+
+class PlannedBinlogReader(DataSourceReader):
+    """Reads the partitions the capture planned, as the stream reader's read tasks do."""
+
+    def __init__(self, plan: BatchPlan):
+        self._plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return list(self._plan.partitions)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition, self._plan.options.spool_dir)
