@@ -13,6 +13,12 @@ the last transaction (so the sink has flushed, Kafka has acknowledged, MySQL has
          sparkcdc's Kafka consumer decodes every row change from the topic
   mysql  a second private MariaDB, tables created before the run; checked: CHECKSUM TABLE and row
          count equal upstream's for every workload table
+  mariadb-replica  not sparkcdc: MariaDB's own replication applying the same binlog into a third
+         private MariaDB (`CHANGE MASTER TO` the upstream at the workload's first GTID,
+         slave_parallel_threads=4, slave_parallel_mode=optimistic, log_slave_updates=ON so it
+         writes its binlog as `mysql`'s downstream does), timed from START SLAVE until MASTER_GTID_WAIT reaches the workload's last
+         GTID; same checks as `mysql`. With both, prints the MySQL sink's rows/s as a share of the
+         replica's (issue 27 target: >= 70%), and Kafka's as a share of the file sink's (>= 90%)
   delta, iceberg  lakehouse tables in upsert mode (delta:///dir, iceberg:///dir with the embedded
          catalog); checked with DuckDB's readers: row count and sums of every integer column equal
          upstream's for every workload table; also prints the Parquet files written (on disk, with
@@ -49,16 +55,19 @@ from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
-SINKS = ("file", "kafka", "mysql", "delta", "iceberg")
+SINKS = ("file", "kafka", "mysql", "mariadb-replica", "delta", "iceberg")
+# log_slave_updates: the replica writes its binlog as the sink's downstream does for the rows it gets.
+REPLICA_CONFIG = {"server-id": "2", "slave_parallel_threads": "4", "slave_parallel_mode": "optimistic",
+                  "log_slave_updates": "ON"}
 
 
 @dataclass
 class Run:
-    sink: str  # file, kafka/<protocol>, mysql
+    sink: str  # file, kafka/<protocol>, mysql, mariadb-replica
     variant: str  # tree, or compare (--compare-src)
     seconds: float
-    cpu: float
-    peak: int
+    cpu: Optional[float]  # the sparkcdc server's tree; None for mariadb-replica
+    peak: Optional[int]
     peer_cpu: Optional[float] = None  # broker or downstream MariaDB
     peer_peak: Optional[int] = None
     check: str = ""
@@ -82,6 +91,33 @@ def timed_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: in
     cpu = {name: tree_usage(pid)[0] - cpu_before[name] for name, pid in pids.items()}
     server.cli("changefeed", "remove", "-c", name)
     return elapsed, cpu["server"], peaks["server"], cpu.get("peer"), peaks.get("peer")
+
+
+def timed_replica(replica: MariaDBServer, upstream: MariaDBServer, gtid_start: str,
+                  gtid_end: str) -> tuple[float, float, int]:
+    """Seconds, CPU s and peak RSS of MariaDB's own replica applying the upstream's binlog from
+    gtid_start until it has applied gtid_end."""
+    pid = mariadb_pid(replica)
+    sampler = PeakRSS(pid)
+    cpu_before = tree_usage(pid)[0]
+    sampler.start()
+    began = time.monotonic()
+    replica.replicate_from(upstream, gtid_start, read_only=False)
+    conn = replica.connect()
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (gtid_end, 3600))
+            if cur.fetchone()[0] != 0:
+                raise SystemExit(f"the replica did not reach {gtid_end}")
+        elapsed = time.monotonic() - began
+        peak = sampler.stop()
+        cpu = tree_usage(pid)[0] - cpu_before
+        with conn.cursor() as cur:
+            cur.execute("STOP SLAVE")
+            cur.execute("RESET SLAVE ALL")
+    finally:
+        conn.close()
+    return elapsed, cpu, peak
 
 
 def kafka_row_changes(bootstrap: str, topic: str, protocol: str) -> tuple[int, dict[str, int]]:
@@ -141,6 +177,18 @@ def fresh_downstream(downstream: MariaDBServer, workload: str) -> None:
     conn.close()
 
 
+def same_tables(server: MariaDBServer, tables: list[str], upstream_sums) -> tuple[bool, str]:
+    """Whether every workload table's CHECKSUM TABLE and row count on `server` equal upstream's."""
+    conn = server.connect()
+    try:
+        sums = table_checksums(conn, tables)
+    finally:
+        conn.close()
+    if sums == upstream_sums:
+        return True, f"{len(tables)} table checksums equal"
+    return False, f"checksums differ: up {upstream_sums} down {sums}"
+
+
 def lake_check(uri: str, conn, tables: list[str]) -> tuple[bool, str]:
     """Whether each lake table's row count and integer sums equal upstream's, read with DuckDB,
     and how many Parquet files the tables have (on disk; live in the last version)."""
@@ -194,7 +242,8 @@ def mariadb_pid(server: MariaDBServer) -> Optional[int]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--changes", type=int, default=100_000)
-    parser.add_argument("--sinks", default="file,kafka,mysql", help="comma-separated: file, kafka, mysql, delta, iceberg")
+    parser.add_argument("--sinks", default="file,kafka,mysql",
+                        help="comma-separated: file, kafka, mysql, mariadb-replica, delta, iceberg")
     parser.add_argument("--workload", default="sysbench", choices=sorted(workloads.WORKLOADS))
     parser.add_argument("--kafka-protocols", default="canal-json",
                         help="comma-separated Kafka protocols: canal-json, open-protocol")
@@ -216,7 +265,7 @@ def main() -> int:
     base = scratch_dir("sparkcdc-sinks-bench-")
     data_dir = os.path.join(base, "cdc")
     upstream = MariaDBServer(os.path.join(base, "upstream")).start()
-    downstream = broker = None
+    downstream = broker = replica = None
     server: Optional[ServerProcess] = None
     runs: list[Run] = []
     try:
@@ -226,11 +275,13 @@ def main() -> int:
         index = TxnIndex(os.path.join(data_dir, "txn-index.sqlite"))
         workloads.setup(conn, args.workload)
         start_ts = wait_indexed(index, *binlog_end(conn)).commit_ts
+        gtid_start = upstream.gtid_binlog_pos()
         while index.resolved_ts() <= start_ts + 1:
             time.sleep(0.2)
         began = time.monotonic()
         rows = workloads.write(conn, args.workload, args.changes)
         end_ts = wait_indexed(index, *binlog_end(conn)).commit_ts
+        gtid_end = upstream.gtid_binlog_pos()
         print(f"workload {args.workload}: {rows} row changes in {time.monotonic() - began:.1f}s", flush=True)
         start_ts = anchor_schema_history(server, start_ts, os.path.join(base, "anchor"))
         server.stop()
@@ -243,10 +294,23 @@ def main() -> int:
             broker = KafkaBroker(Path(base) / "kafka").start()
         if "mysql" in sinks:
             downstream = MariaDBServer(os.path.join(base, "downstream")).start()
+        if "mariadb-replica" in sinks:
+            replica = MariaDBServer(os.path.join(base, "replica"), extra_config=REPLICA_CONFIG).start()
 
         targets = [("kafka/" + p if s == "kafka" else s) for s in sinks for p in (protocols if s == "kafka" else [""])]
         for round_number in range(1, args.rounds + 1):
             for target in targets:
+                if target == "mariadb-replica":
+                    fresh_downstream(replica, args.workload)
+                    seconds, peer_cpu, peer_peak = timed_replica(replica, upstream, gtid_start, gtid_end)
+                    ok, check = same_tables(replica, tables, upstream_sums)
+                    if not ok:
+                        raise SystemExit(f"mariadb-replica: {check}")
+                    runs.append(Run(target, "mariadb", seconds, None, None, peer_cpu, peer_peak, check))
+                    print(f"round {round_number} mariadb-replica: {rows} rows in {seconds:.1f}s = "
+                          f"{rows / seconds:,.0f} rows/s, replica CPU {peer_cpu:.1f}s, peak RSS "
+                          f"{peer_peak / 2**20:,.0f} MiB; {check}; load {os.getloadavg()[0]:.2f}", flush=True)
+                    continue
                 for variant, src in variants.items():
                     name = f"{target.replace('/', '-')}-{variant}-{round_number}"
                     peer_pid = None
@@ -292,12 +356,7 @@ def main() -> int:
                         check = f"{written} row changes in the topic {ops}"
                         ok = written == rows
                     else:
-                        down_conn = downstream.connect()
-                        down_sums = table_checksums(down_conn, tables)
-                        down_conn.close()
-                        ok = down_sums == upstream_sums
-                        check = (f"{len(tables)} table checksums equal" if ok
-                                 else f"checksums differ: up {upstream_sums} down {down_sums}")
+                        ok, check = same_tables(downstream, tables, upstream_sums)
                     if not ok:
                         raise SystemExit(f"{name}: expected {rows} row changes; {check}")
                     run = Run(target, variant, seconds, cpu, peak, peer_cpu, peer_peak, check)
@@ -313,22 +372,35 @@ def main() -> int:
         print("| sink | variant | rows/s | s | server CPU s | server peak RSS MiB | peer CPU s | peer peak RSS MiB |")
         print("|---|---|---|---|---|---|---|---|")
         for target in targets:
-            for variant in variants:
+            for variant in (["mariadb"] if target == "mariadb-replica" else variants):
                 mine = [r for r in runs if r.sink == target and r.variant == variant]
                 peer_cpu = [r.peer_cpu for r in mine if r.peer_cpu is not None]
                 peer_peak = [r.peer_peak for r in mine if r.peer_peak is not None]
+                cpu = [r.cpu for r in mine if r.cpu is not None]
+                peak = [r.peak for r in mine if r.peak is not None]
                 print(f"| {target} | {variant} | {statistics.median(rows / r.seconds for r in mine):,.0f} | "
-                      f"{statistics.median(r.seconds for r in mine):.1f} | {statistics.median(r.cpu for r in mine):.1f} | "
-                      f"{max(r.peak for r in mine) / 2**20:,.0f} | "
+                      f"{statistics.median(r.seconds for r in mine):.1f} | "
+                      f"{f'{statistics.median(cpu):.1f}' if cpu else '-'} | "
+                      f"{f'{max(peak) / 2**20:,.0f}' if peak else '-'} | "
                       f"{f'{statistics.median(peer_cpu):.1f}' if peer_cpu else '-'} | "
                       f"{f'{max(peer_peak) / 2**20:,.0f}' if peer_peak else '-'} |")
-        if "file" in targets:
-            file_rate = statistics.median(rows / r.seconds for r in runs if r.sink == "file" and r.variant == "tree")
+
+        def rate(sink: str) -> Optional[float]:
+            mine = [rows / r.seconds for r in runs if r.sink == sink and r.variant in ("tree", "mariadb")]
+            return statistics.median(mine) if mine else None
+
+        file_rate, replica_rate, mysql_rate = rate("file"), rate("mariadb-replica"), rate("mysql")
+        if file_rate:
             for lake in ("delta", "iceberg"):
-                lake_runs = [r for r in runs if r.sink == lake and r.variant == "tree"]
-                if lake_runs:
-                    rate = statistics.median(rows / r.seconds for r in lake_runs)
-                    print(f"{lake}: {rate / file_rate:.0%} of the file sink's rows/s (issue 25 target: >= 50%)")
+                if rate(lake):
+                    print(f"{lake}: {rate(lake) / file_rate:.0%} of the file sink's rows/s (issue 25 target: >= 50%)")
+            for target in targets:
+                if target.startswith("kafka/"):
+                    print(f"{target}: {rate(target) / file_rate:.0%} of the file sink's rows/s "
+                          "(issue 27 target: >= 90%)")
+        if replica_rate and mysql_rate:
+            print(f"mysql: {mysql_rate / replica_rate:.0%} of MariaDB's own replica's rows/s "
+                  "(issue 27 target: >= 70%)")
     finally:
         if server is not None:
             server.stop()
@@ -336,6 +408,8 @@ def main() -> int:
             broker.stop()
         if downstream is not None:
             downstream.stop()
+        if replica is not None:
+            replica.stop()
         upstream.stop()
     return 0
 
