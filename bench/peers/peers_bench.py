@@ -1,7 +1,7 @@
 """Peers benchmark: sparkcdc next to Debezium and mysql-replication on one prepared binlog.
 
     .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3]
-        [--workload sysbench|single-row|wide|tables1000]
+        [--workload sysbench|single-row|wide|tables1000|tables10000]
         [--tools debezium,flink-cdc,mysql-replication,sparkcdc,sparkcdc-no-metrics] [--sparkcdc-start cold|warm]
 
 A private MariaDB gets one workload of bench/peers/workloads.py: sysbench-shaped rows (60% inserts
@@ -213,7 +213,9 @@ def main() -> int:
                     written = output_rows(sink_dir, "canal-json")
                     if written != rows:
                         raise SystemExit(f"sparkcdc wrote {written} row changes, expected {rows}")
-                    detail = f"{written} rows in the sink; {args.sparkcdc_start} start"
+                    stores = ", ".join(f"{name} {os.path.getsize(os.path.join(data_dir, name)) / 2**20:,.1f} MiB"
+                                       for name in sorted(os.listdir(data_dir)) if ".sqlite" in name)
+                    detail = f"{written} rows in the sink; {args.sparkcdc_start} start; stores: {stores}"
                     if scraper is not None:
                         detail += f"; /metrics scraped {scraper.scrapes} times"
                 results[tool].append((elapsed, cpu, peak))

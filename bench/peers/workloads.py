@@ -9,6 +9,7 @@ reads the same binlog.
               JSON), 100-row inserts, 50-row updates of one column, 17-row deletes
   tables1000  the sysbench mix spread over 1,000 sysbench tables: each transaction on one table
               chosen at random (inserts anywhere, updates and deletes where rows exist)
+  tables10000 the same over 10,000 tables (issue 27: one changefeed over 10,000 tables)
 
 `setup()` creates the tables (DDL only, no rows) and is run before the tools' start position is
 taken for sparkcdc; the peers read the binlog from its beginning and see those DDLs too.
@@ -32,6 +33,7 @@ DATABASE = "sbtest"
 SYSBENCH_DDL = ("CREATE TABLE IF NOT EXISTS {database}.{table} (id INT PRIMARY KEY, k INT NOT NULL, "
                 "c CHAR(120) NOT NULL, pad CHAR(60) NOT NULL, KEY k_1 (k))")
 TABLE_COUNT = 1000
+TABLE_COUNTS = {"tables1000": TABLE_COUNT, "tables10000": 10 * TABLE_COUNT}
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ WORKLOADS = {
     "sysbench": Workload("sysbench", "sbtest1", "sysbench, 100-row transactions"),
     "single-row": Workload("single-row", "sbtest1", "sysbench, single-row autocommit transactions"),
     "wide": Workload("wide", "wide", f"{len(COLUMNS)}-column mixed-type table, 100-row transactions"),
-    "tables1000": Workload("tables1000", "sbtest[0-9]+", f"sysbench over {TABLE_COUNT:,} tables, 100-row transactions"),
+    **{name: Workload(name, "sbtest[0-9]+", f"sysbench over {count:,} tables, 100-row transactions")
+       for name, count in TABLE_COUNTS.items()},
 }
 
 
@@ -62,8 +65,8 @@ def setup(conn, workload: str) -> None:
         elif workload == "wide":
             columns = ", ".join(f"`{n}` {t}" for n, t in COLUMNS)
             cur.execute(f"CREATE TABLE {DATABASE}.wide ({columns}, PRIMARY KEY (i))")
-        elif workload == "tables1000":
-            for number in range(1, TABLE_COUNT + 1):
+        elif workload in TABLE_COUNTS:
+            for number in range(1, TABLE_COUNTS[workload] + 1):
                 cur.execute(SYSBENCH_DDL.format(database=DATABASE, table=f"sbtest{number}"))
         else:
             raise ValueError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
@@ -77,8 +80,8 @@ def write(conn, workload: str, changes: int, seed: int = 1) -> int:
         return _single_row(conn, changes, seed)
     if workload == "wide":
         return _wide(conn, changes, seed)
-    if workload == "tables1000":
-        return _tables(conn, changes, seed)
+    if workload in TABLE_COUNTS:
+        return _tables(conn, changes, seed, TABLE_COUNTS[workload])
     raise ValueError(f"unknown workload {workload!r}; choose one of {', '.join(WORKLOADS)}")
 
 
@@ -132,9 +135,9 @@ def _wide(conn, changes: int, seed: int) -> int:
     return rows
 
 
-def _tables(conn, changes: int, seed: int) -> int:
+def _tables(conn, changes: int, seed: int, count: int) -> int:
     rng = random.Random(seed)
-    next_ids = [1] * (TABLE_COUNT + 1)  # per table number; index 0 unused
+    next_ids = [1] * (count + 1)  # per table number; index 0 unused
     filled: list[int] = []  # tables with at least one insert transaction
     rows = 0
     with conn.cursor() as cur:
@@ -142,7 +145,7 @@ def _tables(conn, changes: int, seed: int) -> int:
             choice = rng.random()
             cur.execute("BEGIN")
             if choice < 0.6 or len(filled) < 10:
-                number = rng.randint(1, TABLE_COUNT)
+                number = rng.randint(1, count)
                 next_id = next_ids[number]
                 values = [(next_id + i, rng.randint(1, 10**6), _filler(rng, 120), _filler(rng, 60)) for i in range(100)]
                 cur.executemany(f"INSERT INTO {DATABASE}.sbtest{number} VALUES (%s,%s,%s,%s)", values)

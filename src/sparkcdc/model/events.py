@@ -23,6 +23,7 @@ pure functions of (TableInfo, event). `None` is SQL NULL; otherwise a value is a
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Optional
@@ -107,31 +108,50 @@ class TableInfo:
         raise KeyError(name)
 
     def to_json(self) -> str:
-        raw = asdict(self)
-        # A column without a default is written as before defaults were tracked, so the JSON of
-        # such tables (schema store, redo logs) keeps its bytes.
-        for column in raw["columns"]:
-            if column["default"] is None:
-                del column["default"]
-        return json.dumps(raw, sort_keys=True, separators=(",", ":"))
+        # Kept on the instance (not a field: equality, hashing and asdict ignore it): the planner
+        # ships every replicated table's JSON with each batch, and a changefeed may have 10,000.
+        text = self.__dict__.get("_json")
+        if text is None:
+            raw = asdict(self)
+            # A column without a default is written as before defaults were tracked, so the JSON of
+            # such tables (schema store, redo logs) keeps its bytes.
+            for column in raw["columns"]:
+                if column["default"] is None:
+                    del column["default"]
+            text = json.dumps(raw, sort_keys=True, separators=(",", ":"))
+            object.__setattr__(self, "_json", text)
+        return text
 
     @classmethod
     def from_json(cls, text: str) -> "TableInfo":
-        raw = json.loads(text)
-        columns = tuple(
-            ColumnInfo(**{**c, "elements": tuple(c.get("elements", ()))}) for c in raw["columns"]
-        )
-        return cls(
-            schema=raw["schema"],
-            table=raw["table"],
-            table_id=raw["table_id"],
-            columns=columns,
-            version=raw["version"],
-            handle_key=tuple(raw.get("handle_key", ())),
-        )
+        """The table of `text`; the same (immutable) instance for the same text while it is among
+        the last TABLE_INFO_CACHE parsed, so a schema store read for every batch or status query
+        parses each table version once per process."""
+        return _table_info_from_json(text)
 
     def with_version(self, version: int) -> "TableInfo":
         return TableInfo(self.schema, self.table, self.table_id, self.columns, version, self.handle_key)
+
+
+# Table versions kept parsed per process (TableInfo.from_json): more than the tables of the
+# largest changefeed we measure (10,000), a few KB each.
+TABLE_INFO_CACHE = 1 << 14
+
+
+@functools.lru_cache(maxsize=TABLE_INFO_CACHE)
+def _table_info_from_json(text: str) -> TableInfo:
+    raw = json.loads(text)
+    columns = tuple(
+        ColumnInfo(**{**c, "elements": tuple(c.get("elements", ()))}) for c in raw["columns"]
+    )
+    return TableInfo(
+        schema=raw["schema"],
+        table=raw["table"],
+        table_id=raw["table_id"],
+        columns=columns,
+        version=raw["version"],
+        handle_key=tuple(raw.get("handle_key", ())),
+    )
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the Open API layer stays free of Spark and binlog details.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -96,6 +97,8 @@ class Capture:
         self._puller: Optional[Puller] = None
         self._puller_lock = threading.Lock()
         self._runner = None
+        # processor_table_ids' last answer per changefeed, with the tables and config it was for.
+        self._table_ids_memo: dict[tuple[str, str], tuple[tuple, list[int]]] = {}
         self._spark = None
         self._warm_up: Optional[WarmUp] = None  # a single node's delayed warm-up, cancelled by close()
         self._closed = threading.Event()
@@ -357,9 +360,18 @@ class Capture:
 
         index = TxnIndex(self.index_path)
         checkpoint = self.store.get_status(info.namespace, info.id).checkpoint_ts
-        eligible, _ = verify_tables(index.tables_at(checkpoint or index.resolved_ts()),
-                                    replica_config_from_dict(info.config))
-        return sorted(table.table_id for table in eligible)
+        tables = index.tables_at(checkpoint or index.resolved_ts())
+        # Asked by every changefeed query: the filter runs again only when the tables or the config change.
+        key = (json.dumps(info.config, sort_keys=True, default=str),
+               tuple((t.schema, t.table, t.table_id, t.version) for t in tables))
+        memo = self._table_ids_memo.get((info.namespace, info.id))
+        if memo is None or memo[0] != key:
+            eligible, _ = verify_tables(tables, replica_config_from_dict(info.config))
+            memo = (key, sorted(table.table_id for table in eligible))
+            if len(self._table_ids_memo) > 64:  # removed changefeeds' answers go some time
+                self._table_ids_memo.clear()
+            self._table_ids_memo[(info.namespace, info.id)] = memo
+        return list(memo[1])
 
     def puller_resolved_ts(self) -> int:
         return TxnIndex(self.index_path).resolved_ts()

@@ -19,6 +19,7 @@ continuation of the previous transaction's: another epoch, or another order on t
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import json
 import sqlite3
@@ -191,6 +192,58 @@ class TableVersion:
     definition: Optional[str] = None  # the schema store's TableDef JSON, when it has one
 
 
+
+# meta key set to a new random token by every write to table_versions, so readers know when
+# their cached copy is stale (random, not a count: an index file removed and made again at the
+# same path must not match a copy of the old one).
+SCHEMA_GENERATION = "schema_generation"
+# Table versions cached per process and per index file (TxnIndex.tables_at).
+_SCHEMA_VERSIONS: dict[str, "_SchemaVersions"] = {}
+_TABLES_AT_MEMO = 8  # results kept per generation, by the newest version they include
+
+
+def _bump_schema_generation(conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT INTO meta (key, value) VALUES (?, lower(hex(randomblob(16)))) ON CONFLICT(key) "
+                 "DO UPDATE SET value = excluded.value", (SCHEMA_GENERATION,))
+
+
+class _SchemaVersions:
+    """Every row of table_versions at one generation, as sorted versions per table."""
+
+    def __init__(self, generation: Optional[str], rows: Sequence[tuple[str, str, int, Optional[str]]]):
+        self.generation = generation
+        self.tables: dict[tuple[str, str], tuple[list[int], list[Optional[str]]]] = {}
+        for schema, table, version, info in rows:  # ordered by schema, table, version
+            versions, infos = self.tables.setdefault((schema, table), ([], []))
+            versions.append(version)
+            infos.append(info)
+        self.versions = sorted({version for schema, table, version, info in rows})
+        self._memo: dict[int, list[TableInfo]] = {}
+
+    @classmethod
+    def load(cls, conn: sqlite3.Connection, generation: Optional[str]) -> "_SchemaVersions":
+        return cls(generation, conn.execute(
+            "SELECT schema_name, table_name, version, table_info FROM table_versions "
+            "ORDER BY schema_name, table_name, version").fetchall())
+
+    def tables_at(self, ts: int) -> list[TableInfo]:
+        position = bisect.bisect_right(self.versions, ts)
+        if position == 0:
+            return []
+        newest = self.versions[position - 1]  # the result is the same for every ts up to the next version
+        tables = self._memo.get(newest)
+        if tables is None:
+            tables = []
+            for versions, infos in self.tables.values():
+                at = bisect.bisect_right(versions, ts)
+                if at and infos[at - 1] is not None:
+                    tables.append(TableInfo.from_json(infos[at - 1]))
+            if len(self._memo) >= _TABLES_AT_MEMO:
+                self._memo.pop(next(iter(self._memo)))
+            self._memo[newest] = tables
+        return list(tables)
+
+
 class TxnIndex:
     """Reads and appends the index at `path` (created on first use)."""
 
@@ -335,17 +388,23 @@ class TxnIndex:
         return TableInfo.from_json(row[0]) if row and row[0] else None
 
     def tables_at(self, ts: int) -> list[TableInfo]:
-        """Every table existing at ts, in its newest version <= ts."""
+        """Every table existing at ts, in its newest version <= ts, ordered by (schema, table).
+
+        Read from a per-process copy of the schema store's versions that is reloaded only when
+        the store's generation (bumped by every write to table_versions) moves: the planner asks
+        for every batch and the API for every changefeed query, and with 10,000 tables reading
+        and parsing them each time was most of a changefeed's CPU."""
         with self._connect() as conn:
-            rows = conn.execute(
-                "SELECT v.table_info FROM table_versions v JOIN ("
-                "  SELECT schema_name, table_name, MAX(version) AS version FROM table_versions"
-                "  WHERE version <= ? GROUP BY schema_name, table_name) newest"
-                " USING (schema_name, table_name, version)"
-                " WHERE v.table_info IS NOT NULL ORDER BY v.schema_name, v.table_name",
-                (ts,),
-            ).fetchall()
-        return [TableInfo.from_json(r[0]) for r in rows]
+            conn.execute("BEGIN")  # the generation and the rows from one snapshot
+            try:
+                generation = self._meta(conn, SCHEMA_GENERATION)
+                versions = _SCHEMA_VERSIONS.get(self.path)
+                if versions is None or versions.generation != generation:
+                    versions = _SchemaVersions.load(conn, generation)
+                    _SCHEMA_VERSIONS[self.path] = versions
+            finally:
+                conn.execute("COMMIT")
+        return versions.tables_at(ts)
 
     def position_at(self, ts: int) -> Optional[BinlogPosition]:
         """Where the binlog stands after every txn with commit_ts <= ts (None before first_ts)."""
@@ -636,7 +695,8 @@ class TxnIndex:
             conn.executemany("DELETE FROM txns WHERE commit_ts=?", [(ts,) for ts in commit_ts])
             for table in ("ddls",):
                 conn.execute(f"DELETE FROM {table} WHERE commit_ts >= ?", (lowest,))
-            conn.execute("DELETE FROM table_versions WHERE version >= ?", (lowest,))
+            if conn.execute("DELETE FROM table_versions WHERE version >= ?", (lowest,)).rowcount:
+                _bump_schema_generation(conn)
             conn.execute("DELETE FROM database_versions WHERE version >= ?", (lowest,))
             start = self._state(conn, "start_gtid")
             if start is not None:
@@ -784,6 +844,8 @@ class TxnIndex:
 
     @staticmethod
     def _insert_versions(conn: sqlite3.Connection, versions: Sequence[TableVersion]) -> None:
+        if versions:
+            _bump_schema_generation(conn)
         conn.executemany(
             "INSERT OR REPLACE INTO table_versions (schema_name, table_name, version, table_info, definition) "
             "VALUES (?, ?, ?, ?, ?)",
@@ -836,6 +898,9 @@ class TxnIndex:
                 (safe_ts,),
             )
             conn.execute("DELETE FROM table_versions WHERE table_info IS NULL AND version <= ?", (safe_ts,))
+            if conn.total_changes != before:
+                _bump_schema_generation(conn)
+                before += 1  # the bump is not a version that went
             conn.execute(
                 "DELETE FROM database_versions WHERE version < ("
                 "  SELECT MAX(n.version) FROM database_versions n WHERE n.schema_name = database_versions.schema_name"
