@@ -195,3 +195,25 @@ def test_columns_from_the_batch_writer_equal_the_converted_rows(image_type):
         ["DELETE FROM `d`.`t` WHERE `id` IS NULL AND `s` = 'x' AND `f` IS NULL LIMIT 1"]]
     key_space = KeySpace.for_table(info)
     assert transaction_key_sets(key_space, columns) == [key_space.transaction_keys([row]) for row in rows]
+
+
+def test_a_written_run_is_freed_without_the_cyclic_collector():
+    """A run's statement pieces must not hold the run: the batch's columns and SQL would stay
+    until Python's cyclic collector ran (the MySQL sink's driver grew past 1 GB)."""
+    import gc
+    import weakref
+
+    info = TableInfo("d", "t", 1, (ColumnInfo("id", "int"), ColumnInfo("s", "varchar")), 1, handle_key=("id",))
+    run = arrow_run(info, [[RowChange(1, "d", "t", "insert", None, ("1", "a"), 0),
+                            RowChange(1, "d", "t", "update", ("2", "b"), ("2", "c"), 1),
+                            RowChange(1, "d", "t", "delete", ("3", "d"), None, 2)]])
+    for statement in transactions_of(run)[0].plan(PlanOptions()):
+        assert statement_text(statement, connection(False))
+    statement = None
+    alive = weakref.ref(run)
+    gc.disable()
+    try:
+        del run
+        assert alive() is None
+    finally:
+        gc.enable()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -129,7 +130,9 @@ class _Pieces:
     per writable column the after literals (TiDB's multi-row UPDATE)."""
 
     def __init__(self, run: "ArrowRun", no_backslash_escapes: bool, escape: Callable[[object], str]):
-        self._run = run
+        # A proxy: the run holds its pieces, and a strong reference back made a cycle that kept a
+        # batch's columns and SQL pieces (~100 MB per 140k rows) until Python's cyclic collector ran.
+        self._run = weakref.proxy(run)
         self._no_backslash_escapes = no_backslash_escapes
         self._escape = escape
         self._literals: dict[tuple[str, int], pa.Array] = {}
