@@ -23,6 +23,7 @@ import bisect
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional, Sequence
@@ -219,6 +220,7 @@ class _SchemaVersions:
             infos.append(info)
         self.versions = sorted({version for schema, table, version, info in rows})
         self._memo: dict[int, list[TableInfo]] = {}
+        self._lock = threading.Lock()  # API threads and the changefeeds' ask at once
 
     @classmethod
     def load(cls, conn: sqlite3.Connection, generation: Optional[str]) -> "_SchemaVersions":
@@ -231,16 +233,17 @@ class _SchemaVersions:
         if position == 0:
             return []
         newest = self.versions[position - 1]  # the result is the same for every ts up to the next version
-        tables = self._memo.get(newest)
-        if tables is None:
-            tables = []
-            for versions, infos in self.tables.values():
-                at = bisect.bisect_right(versions, ts)
-                if at and infos[at - 1] is not None:
-                    tables.append(TableInfo.from_json(infos[at - 1]))
-            if len(self._memo) >= _TABLES_AT_MEMO:
-                self._memo.pop(next(iter(self._memo)))
-            self._memo[newest] = tables
+        with self._lock:
+            tables = self._memo.get(newest)
+            if tables is None:
+                tables = []
+                for versions, infos in self.tables.values():
+                    at = bisect.bisect_right(versions, ts)
+                    if at and infos[at - 1] is not None:
+                        tables.append(TableInfo.from_json(infos[at - 1]))
+                if len(self._memo) >= _TABLES_AT_MEMO:
+                    self._memo.pop(next(iter(self._memo)))
+                self._memo[newest] = tables
         return list(tables)
 
 
