@@ -193,7 +193,6 @@ class TableVersion:
     definition: Optional[str] = None  # the schema store's TableDef JSON, when it has one
 
 
-
 # meta key set to a new random token by every write to table_versions, so readers know when
 # their cached copy is stale (random, not a count: an index file removed and made again at the
 # same path must not match a copy of the old one).
