@@ -60,3 +60,49 @@ def test_a_table_version_is_parsed_once_and_its_json_written_once(tmp_path):
     assert first is TableInfo.from_json(first.to_json())
     assert first.to_json() is first.to_json()
     assert TableInfo.from_json(first.to_json()) == table("a", 1000, "x", "y")
+
+
+def test_table_info_at_reads_the_same_copy_and_sees_every_write(tmp_path):
+    path = str(tmp_path / "i.sqlite")
+    index = TxnIndex(path)
+    index.bootstrap(BinlogPosition("mysql-bin.000001", 100), 1000, [table("a", 1000, "x")])
+    assert index.table_info_at("db", "a", 999) is None
+    assert index.table_info_at("db", "a", 1000).column_names == ("x",)
+    assert index.table_info_at("db", "nope", 1000) is None
+    TxnIndex(path).append([txn(1010), txn(1020)], [], [TableVersion("db", "a", 1010, table("a", 1010, "x", "y")),
+                                                       TableVersion("db", "a", 1020, None)], 1020)
+    assert index.table_info_at("db", "a", 1009).column_names == ("x",)
+    assert index.table_info_at("db", "a", 1015).column_names == ("x", "y")
+    assert index.table_info_at("db", "a", 1020) is None  # dropped
+    assert index.table_info_at("db", "a", 1015) is index.tables_at(1015)[0]
+
+
+def test_equal_table_keys_mean_equal_tables_and_a_write_moves_the_key(tmp_path):
+    path = str(tmp_path / "i.sqlite")
+    index = TxnIndex(path)
+    index.bootstrap(BinlogPosition("mysql-bin.000001", 100), 1000, [table("a", 1000, "x")])
+    assert index.tables_key_at(1000) == index.tables_key_at(1009)
+    key = index.tables_key_at(1009)
+    TxnIndex(path).append([txn(1005)], [], [TableVersion("db", "b", 1005, table("b", 1005, "v"))], 1005)
+    assert index.tables_key_at(1009) != key  # b appeared at 1005
+    assert index.tables_key_at(1004) != index.tables_key_at(1005)
+
+
+def test_an_index_file_of_an_older_layout_gets_the_columns_added_since(tmp_path):
+    import sqlite3
+
+    path = str(tmp_path / "old.sqlite")
+    with sqlite3.connect(path) as conn:  # the first release's tables, without the added columns
+        conn.executescript(
+            "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+            "CREATE TABLE txns (commit_ts INTEGER PRIMARY KEY, gtid TEXT, start_file TEXT NOT NULL, "
+            "start_pos INTEGER NOT NULL, end_file TEXT NOT NULL, end_pos INTEGER NOT NULL, size INTEGER NOT NULL, "
+            "is_ddl INTEGER NOT NULL);")
+    index = TxnIndex(path)
+    with sqlite3.connect(path) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(txns)")}
+        assert {"pieces", "epoch", "breaks", "skip_replication"} <= columns
+        assert conn.execute("PRAGMA user_version").fetchone()[0] != 0
+    index.bootstrap(BinlogPosition("mysql-bin.000001", 100), 1000, [table("a", 1000, "x")])
+    index.append([txn(1005)], [], [], 1005)
+    assert [t.commit_ts for t in TxnIndex(path).txns_between(1000, 1005)] == [1005]

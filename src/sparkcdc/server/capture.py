@@ -360,13 +360,12 @@ class Capture:
 
         index = TxnIndex(self.index_path)
         checkpoint = self.store.get_status(info.namespace, info.id).checkpoint_ts
-        tables = index.tables_at(checkpoint or index.resolved_ts())
+        ts = checkpoint or index.resolved_ts()
         # Asked by every changefeed query: the filter runs again only when the tables or the config change.
-        key = (json.dumps(info.config, sort_keys=True, default=str),
-               tuple((t.schema, t.table, t.table_id, t.version) for t in tables))
+        key = (json.dumps(info.config, sort_keys=True, default=str), index.tables_key_at(ts))
         memo = self._table_ids_memo.get((info.namespace, info.id))
         if memo is None or memo[0] != key:
-            eligible, _ = verify_tables(tables, replica_config_from_dict(info.config))
+            eligible, _ = verify_tables(index.tables_at(ts), replica_config_from_dict(info.config))
             memo = (key, sorted(table.table_id for table in eligible))
             if len(self._table_ids_memo) > 64:  # removed changefeeds' answers go some time
                 self._table_ids_memo.clear()

@@ -25,6 +25,7 @@ import json
 import sqlite3
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Iterator, NamedTuple, Optional, Sequence
 
@@ -75,6 +76,10 @@ _ADDED_COLUMNS = {
     "txns": [("pieces", "TEXT"), ("foreign_key_checks", "TEXT"), ("skip_replication", "INTEGER"),
              ("continues_group", "INTEGER"), ("epoch", "INTEGER"), ("breaks", "INTEGER")],
 }
+
+# The file's user_version once _SCHEMA and _ADDED_COLUMNS are in it: derived from both, so a
+# column added above is ALTERed into every older file on its next open.
+_LAYOUT_VERSION = zlib.crc32((_SCHEMA + repr(sorted(_ADDED_COLUMNS.items()))).encode()) & 0x7FFFFFFF
 
 # After a back-fill, the schema GC keeps its versions this long (seconds), so that the changefeed
 # that asked for it can be created before the GC counts it in.
@@ -245,6 +250,20 @@ class _SchemaVersions:
                 self._memo[newest] = tables
         return list(tables)
 
+    def key_at(self, ts: int) -> tuple[Optional[str], int]:
+        """Equal for two ts (at any time) only if tables_at gives the same tables for both."""
+        position = bisect.bisect_right(self.versions, ts)
+        return self.generation, self.versions[position - 1] if position else 0
+
+    def table_at(self, schema: str, table: str, ts: int) -> Optional[TableInfo]:
+        """The table's newest version <= ts; None if none, or if that version is its drop."""
+        found = self.tables.get((schema, table))
+        if found is None:
+            return None
+        versions, infos = found
+        at = bisect.bisect_right(versions, ts)
+        return TableInfo.from_json(infos[at - 1]) if at and infos[at - 1] is not None else None
+
 
 class TxnIndex:
     """Reads and appends the index at `path` (created on first use)."""
@@ -252,6 +271,9 @@ class TxnIndex:
     def __init__(self, path: str):
         self.path = path
         with self._connect() as conn:
+            # Made once per file: API queries open the index for every request.
+            if conn.execute("PRAGMA user_version").fetchone()[0] == _LAYOUT_VERSION:
+                return
             conn.execute("PRAGMA journal_mode=WAL")
             conn.executescript(_SCHEMA)
             for table, columns in _ADDED_COLUMNS.items():
@@ -259,6 +281,7 @@ class TxnIndex:
                 for name, sql_type in columns:
                     if name not in have:
                         conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {sql_type}")
+            conn.execute(f"PRAGMA user_version={_LAYOUT_VERSION}")
 
     @contextlib.contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -380,14 +403,9 @@ class TxnIndex:
         ]
 
     def table_info_at(self, schema: str, table: str, ts: int) -> Optional[TableInfo]:
-        """The newest version with version <= ts (None if none or dropped)."""
-        with self._connect() as conn:
-            row = conn.execute(
-                "SELECT table_info FROM table_versions WHERE schema_name=? AND table_name=? AND version <= ? "
-                "ORDER BY version DESC LIMIT 1",
-                (schema, table, ts),
-            ).fetchone()
-        return TableInfo.from_json(row[0]) if row and row[0] else None
+        """The newest version with version <= ts (None if none or dropped), from the same
+        per-process copy as tables_at: a batch asks once per table it holds."""
+        return self._schema_versions().table_at(schema, table, ts)
 
     def tables_at(self, ts: int) -> list[TableInfo]:
         """Every table existing at ts, in its newest version <= ts, ordered by (schema, table).
@@ -396,6 +414,14 @@ class TxnIndex:
         the store's generation (bumped by every write to table_versions) moves: the planner asks
         for every batch and the API for every changefeed query, and with 10,000 tables reading
         and parsing them each time was most of a changefeed's CPU."""
+        return self._schema_versions().tables_at(ts)
+
+    def tables_key_at(self, ts: int) -> tuple[Optional[str], int]:
+        """A key of tables_at(ts): equal keys, equal tables (for memos of what they give)."""
+        return self._schema_versions().key_at(ts)
+
+    def _schema_versions(self) -> "_SchemaVersions":
+        """The per-process copy of table_versions, reloaded when the store's generation moved."""
         with self._connect() as conn:
             conn.execute("BEGIN")  # the generation and the rows from one snapshot
             try:
@@ -406,7 +432,7 @@ class TxnIndex:
                     _SCHEMA_VERSIONS[self.path] = versions
             finally:
                 conn.execute("COMMIT")
-        return versions.tables_at(ts)
+        return versions
 
     def position_at(self, ts: int) -> Optional[BinlogPosition]:
         """Where the binlog stands after every txn with commit_ts <= ts (None before first_ts)."""
