@@ -144,6 +144,23 @@ def test_restart_continues_index_and_date_change_restarts(tmp_path):
     assert sorted(os.listdir(tmp_path / "db" / "all_types" / str(V) / "2024-03-02")) == ["CDC000001.json", "meta"]
 
 
+def test_a_directory_removed_between_writes_is_made_again(tmp_path):
+    """Local writes make a directory only when opening a file in it fails: one removed under the
+    sink (expired-file cleanup, an operator) comes back with the next file."""
+    import shutil
+
+    sink = StorageSink(f"file://{tmp_path}?protocol=canal-json&file-index-digit=6", sink_config("canal-json"), CLOCK)
+    sink.write_rows(TABLE, [row(TS1, "insert", after=FULL)])
+    sink.flush()
+    day = tmp_path / "db" / "all_types" / str(V) / "2024-03-01"
+    shutil.rmtree(day)
+    sink.write_rows(TABLE, [row(TS2, "insert", after=with_id(FULL, "5"))])
+    sink.flush()
+    assert sorted(os.listdir(day)) == ["CDC000002.json", "meta"]
+    assert (day / "meta" / "CDC.index").read_text() == "CDC000002.json\n"
+    assert not [n for n in os.listdir(day) if n.startswith(".")]  # no temp file left behind
+
+
 # -- consumer round trip ----------------------------------------------------------------
 @pytest.mark.parametrize("protocol", ["csv", "canal-json"])
 def test_round_trip_with_pk_change_deletes_and_replays(tmp_path, protocol):
