@@ -310,7 +310,10 @@ class ChangefeedRunner:
                 cap_file=cap_file if snapshot is not None else "",
             )
             _warn_ineligible(TxnIndex(self._index_path), status.checkpoint_ts, config, info.id)
-            self._warn_cascades(info, spec)
+            # information_schema's foreign keys open every upstream table: seconds with 10,000
+            # tables, which the changefeed's start does not wait for (it is a warning only).
+            threading.Thread(target=self._warn_cascades, args=(info, spec), daemon=True,
+                             name=f"cascade-warning-{info.id}").start()
             checkpoint_dir = os.path.join(self._work_dir, info.namespace, info.id, "spark-checkpoint")
             shutil.rmtree(checkpoint_dir, ignore_errors=True)
             stopping = threading.Event()
