@@ -106,3 +106,12 @@ def test_an_index_file_of_an_older_layout_gets_the_columns_added_since(tmp_path)
     index.bootstrap(BinlogPosition("mysql-bin.000001", 100), 1000, [table("a", 1000, "x")])
     index.append([txn(1005)], [], [], 1005)
     assert [t.commit_ts for t in TxnIndex(path).txns_between(1000, 1005)] == [1005]
+
+
+def test_a_parsed_table_keeps_its_text_as_its_json():
+    info = table("j", 1000, "x", "y")
+    text = info.to_json()
+    parsed = TableInfo.from_json(text)
+    assert parsed == info and parsed.to_json() == text and "_json" in vars(parsed)
+    older = text.replace(',"handle_key":[]', "")  # written before handle keys were recorded
+    assert older != text and TableInfo.from_json(older) == info and TableInfo.from_json(older).to_json() == older

@@ -144,7 +144,7 @@ def _table_info_from_json(text: str) -> TableInfo:
     columns = tuple(
         ColumnInfo(**{**c, "elements": tuple(c.get("elements", ()))}) for c in raw["columns"]
     )
-    return TableInfo(
+    info = TableInfo(
         schema=raw["schema"],
         table=raw["table"],
         table_id=raw["table_id"],
@@ -152,6 +152,11 @@ def _table_info_from_json(text: str) -> TableInfo:
         version=raw["version"],
         handle_key=tuple(raw.get("handle_key", ())),
     )
+    # Its JSON is the text it came from (written by to_json, maybe by an older release that wrote
+    # fewer keys; it reads back to the same table): a new process planning its first batch with
+    # 10,000 tables would otherwise serialize each again.
+    object.__setattr__(info, "_json", text)
+    return info
 
 
 @dataclass(frozen=True)
