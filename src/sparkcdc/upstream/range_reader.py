@@ -85,6 +85,12 @@ class BinlogRange:
     def first_seq(self) -> int:
         return self.piece << PIECE_SEQ_SHIFT
 
+    def table_info(self, schema: str, table: str) -> Optional[TableInfo]:
+        """The version to decode `schema.table` with; None if it is not replicated. Parsed when a
+        TABLE_MAP names it: a range is handed every replicated table, 10,000 in some changefeeds."""
+        text = self.tables.get(f"{schema}.{table}")
+        return None if text is None else TableInfo.from_json(text)
+
     def first_txn(self) -> int:
         """The number of the transaction the range is in before its first GTID event: 0 when it
         starts inside its first transaction (a piece after the first, the rows of a CREATE TABLE
@@ -220,7 +226,6 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
     a replicated table, in binlog order; checks the range holds exactly the indexed transactions."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
-    infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
     layouts: dict[tuple[int, str, str], Optional[TableLayout]] = {}
     end_key = r.end.key()
     table_map = _read_table_maps(r)
@@ -254,7 +259,7 @@ def _row_events(r: BinlogRange, native) -> Iterator[tuple[int, int, "TableLayout
                 key = (event.table_id, event.schema, event.table)
                 layout = layouts.get(key, False)
                 if layout is False:
-                    info = infos.get(f"{event.schema}.{event.table}")
+                    info = r.table_info(event.schema, event.table)
                     layout = None if info is None else TableLayout(info, event.columns, native)
                     layouts[key] = layout
                 if layout is not None:
@@ -440,7 +445,6 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
     upstream that refuses or drops the connection is waited for up to UPSTREAM_WAIT_SECONDS."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
-    infos = {key: TableInfo.from_json(text) for key, text in r.tables.items()}
     tables = _read_table_maps(r)  # table id -> mysql-replication's Table
     layouts: dict[int, TableLayout] = {}
     end_file_number, end_pos = r.end.key()
@@ -487,7 +491,7 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
                 if packet is not None:
                     tables[table_id] = dump.event(packet, reader.format_description, {}, TableMapEvent).get_table()
                 table = tables[table_id]
-                info = infos.get(f"{table.schema}.{table.table}")
+                info = r.table_info(table.schema, table.table)
                 if info is None:
                     reader.resolve(table_id, False)
                 else:
