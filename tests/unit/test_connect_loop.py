@@ -99,7 +99,8 @@ def test_the_loop_plans_the_partitions_the_stream_reader_plans():
     assert all(isinstance(p, RangePartition) for p in planned[1:])
     assert [r.commit_ts for r in ranges] == [(10,), (20,)]
     assert [r.server_id for r in ranges] == [500, 501]
-    assert ranges[0].tables == {"db.keyed": KEYED.to_json()}
+    assert ranges[0].tables.get("db.keyed") == KEYED.to_json() and ranges[0].tables.get("db.other") is None
+    assert ranges[0].tables is ranges[1].tables  # packed once for the batch
     assert plan_partitions(index, options(), 30, 30, set()) == []
 
 
