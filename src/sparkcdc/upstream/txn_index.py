@@ -240,11 +240,8 @@ class _SchemaVersions:
         with self._lock:
             tables = self._memo.get(newest)
             if tables is None:
-                tables = []
-                for versions, infos in self.tables.values():
-                    at = bisect.bisect_right(versions, ts)
-                    if at and infos[at - 1] is not None:
-                        tables.append(TableInfo.from_json(infos[at - 1]))
+                tables = [info for info in (_version_at(found, ts) for found in self.tables.values())
+                          if info is not None]
                 if len(self._memo) >= _TABLES_AT_MEMO:
                     self._memo.pop(next(iter(self._memo)))
                 self._memo[newest] = tables
@@ -258,11 +255,14 @@ class _SchemaVersions:
     def table_at(self, schema: str, table: str, ts: int) -> Optional[TableInfo]:
         """The table's newest version <= ts; None if none, or if that version is its drop."""
         found = self.tables.get((schema, table))
-        if found is None:
-            return None
-        versions, infos = found
-        at = bisect.bisect_right(versions, ts)
-        return TableInfo.from_json(infos[at - 1]) if at and infos[at - 1] is not None else None
+        return None if found is None else _version_at(found, ts)
+
+
+def _version_at(found: tuple[list[int], list[Optional[str]]], ts: int) -> Optional[TableInfo]:
+    """Of one table's (versions, infos), the newest version <= ts; None if none or its drop."""
+    versions, infos = found
+    at = bisect.bisect_right(versions, ts)
+    return TableInfo.from_json(infos[at - 1]) if at and infos[at - 1] is not None else None
 
 
 class TxnIndex:
