@@ -144,6 +144,24 @@ def test_restart_continues_index_and_date_change_restarts(tmp_path):
     assert sorted(os.listdir(tmp_path / "db" / "all_types" / str(V) / "2024-03-02")) == ["CDC000001.json", "meta"]
 
 
+def test_a_data_file_the_index_names_but_that_was_never_written_keeps_its_number(tmp_path):
+    """A crash between writing CDC.index and its data file: the next sink writes that number."""
+    uri = f"file://{tmp_path}?protocol=canal-json&file-index-digit=6"
+    first = StorageSink(uri, sink_config("canal-json"), CLOCK)
+    first.write_rows(TABLE, [row(TS1, "insert", after=FULL)])
+    first.close()
+    day = tmp_path / "db" / "all_types" / str(V) / "2024-03-01"
+    (day / "meta" / "CDC.index").write_text("CDC000002.json\n")
+    second = StorageSink(uri, sink_config("canal-json"), CLOCK)
+    second.write_rows(TABLE, [row(TS2, "insert", after=with_id(FULL, "5"))])
+    second.close()
+    assert sorted(os.listdir(day)) == ["CDC000001.json", "CDC000002.json", "meta"]
+    third = StorageSink(uri, sink_config("canal-json"), CLOCK)  # the named file is there now: the next
+    third.write_rows(TABLE, [row(TS3, "insert", after=with_id(FULL, "6"))])
+    third.close()
+    assert sorted(os.listdir(day)) == ["CDC000001.json", "CDC000002.json", "CDC000003.json", "meta"]
+
+
 def test_a_directory_removed_between_writes_is_made_again(tmp_path):
     """Local writes make a directory only when opening a file in it fails: one removed under the
     sink (expired-file cleanup, an operator) comes back with the next file."""

@@ -109,7 +109,8 @@ class TableInfo:
 
     def to_json(self) -> str:
         # Kept on the instance (not a field: equality, hashing and asdict ignore it): the planner
-        # ships every replicated table's JSON with each batch, and a changefeed may have 10,000.
+        # packs every replicated table's JSON for its read tasks (range_reader.PackedTables), and
+        # a changefeed may have 10,000 tables.
         text = self.__dict__.get("_json")
         if text is None:
             raw = asdict(self)

@@ -161,6 +161,13 @@ class StorageSink(Sink):
     def _exists(self, path: str) -> bool:
         return os.path.exists(path) if self.target.is_local else self._fs.exists(path)
 
+    def _size(self, path: str) -> int:
+        """The file's size in bytes, -1 when there is none."""
+        try:
+            return os.path.getsize(path) if self.target.is_local else self._fs.size(path)
+        except FileNotFoundError:
+            return -1
+
     def _date(self) -> str:
         fmt = _DATE_FORMATS.get(self.sink.date_separator)
         return time.strftime(fmt, time.localtime(self._clock())) if fmt else ""
@@ -247,8 +254,7 @@ class StorageSink(Sink):
         if not name.startswith("CDC") or not digits.isdigit():
             raise ErrStorageIO(f"{directory}/{INDEX_FILE} holds {name!r}, not a data file name")
         last = int(digits)
-        last_path = self._path(f"{directory}/{name}")
-        if self._fs.exists(last_path) and self._fs.size(last_path) > 0:
+        if self._size(self._path(f"{directory}/{name}")) > 0:
             return last
         return last - 1  # the named file never got written: reuse its number
 
