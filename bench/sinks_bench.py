@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/sinks_bench.py [--changes 100000] [--sinks file,kafka,mysql,delta,iceberg]
         [--workload sysbench] [--kafka-protocols canal-json] [--rounds 1] [--compare-src DIR]
+        [--downstream-config innodb_buffer_pool_size=1G,...]
 
 A private MariaDB gets one of bench/peers/workloads.py's workloads (sysbench: 100-row
 transactions), indexed by a sparkcdc server. Then, per round and sink, a fresh server runs one
@@ -247,7 +248,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--compare-src", default="",
                         help="also run every sink with the server importing sparkcdc from this directory")
+    parser.add_argument("--downstream-config", default="",
+                        help="server options of the MySQL sink's downstream and of the replica, comma-separated "
+                             "KEY=VALUE, e.g. innodb_buffer_pool_size=1G,innodb_log_file_size=512M (the test "
+                             "fixture's defaults are small: a 64M buffer pool, a 16M redo log)")
     args = parser.parse_args()
+    items = [item.strip() for item in args.downstream_config.split(",") if args.downstream_config]
+    if any("=" not in item for item in items):
+        parser.error("--downstream-config takes KEY=VALUE[,KEY=VALUE...]")
+    downstream_config = dict(item.split("=", 1) for item in items)
     sinks = [s.strip() for s in args.sinks.split(",") if s.strip()]
     if not sinks or set(sinks) - set(SINKS):
         parser.error(f"--sinks takes {', '.join(SINKS)}")
@@ -288,9 +297,10 @@ def main() -> int:
 
             broker = KafkaBroker(Path(base) / "kafka").start()
         if "mysql" in sinks:
-            downstream = MariaDBServer(os.path.join(base, "downstream")).start()
+            downstream = MariaDBServer(os.path.join(base, "downstream"), extra_config=downstream_config).start()
         if "mariadb-replica" in sinks:
-            replica = MariaDBServer(os.path.join(base, "replica"), extra_config=REPLICA_CONFIG).start()
+            replica = MariaDBServer(os.path.join(base, "replica"),
+                                    extra_config={**downstream_config, **REPLICA_CONFIG}).start()
 
         targets = [("kafka/" + p if s == "kafka" else s) for s in sinks for p in (protocols if s == "kafka" else [""])]
         for round_number in range(1, args.rounds + 1):

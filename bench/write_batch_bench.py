@@ -1,15 +1,17 @@
 """Driver CPU of `write_batch` to the file storage sink: the RowChange path against the columnar one.
 
     .venv/bin/python bench/write_batch_bench.py [--changes 100000] [--batch-rows 20000]
-        [--protocol canal-json] [--workload sysbench|single-row] [--rounds 3] [--profile]
+        [--protocol canal-json] [--workload sysbench|single-row] [--tables 1] [--rounds 3] [--profile]
 
 Arrow batches shaped like df.toArrow()'s in a changefeed of capture_bench's sysbench workload
 (`id, k, c CHAR(120), pad CHAR(60)`; 60% 100-row insert transactions, 30% 50-row `k = k + 1`
 updates, 10% 17-row deletes), or with `--workload single-row` the same mix as one-row autocommit
-transactions (peers' single-row workload), are prepared before the clock starts. Each round runs every batch
-through `write_batch` into a fresh file:// storage sink twice: once with the sink's columnar entry
-hidden (every row becomes a RowChange, is netted and encoded by encode_rows) and once as a
-changefeed runs it (whole transactions as Arrow columns to encode_arrow). Prints the process CPU
+transactions (peers' single-row workload), are prepared before the clock starts; `--tables N`
+puts each transaction on one of N tables of that shape, as peers' tables1000 / tables10000 do.
+Each round runs every batch through `write_batch` into a fresh file:// storage sink twice: once
+with the sink's columnar entry hidden (every row becomes a RowChange, is netted and encoded by
+encode_rows) and once as a changefeed runs it (whole transactions as Arrow columns to
+encode_arrow). Prints the process CPU
 microseconds per row of each (best round), their ratio, and the load average; --profile prints
 cProfile's top functions of one columnar round. Both outputs are compared byte for byte.
 Not a test: figures go in bench/README.md.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import gc
 import os
 import pstats
@@ -53,7 +56,26 @@ class Index:
         return []
 
     def table_info_at(self, schema, table, at):
-        return TABLE
+        info = _TABLES.get(table)
+        if info is None:
+            info = _TABLES[table] = dataclasses.replace(TABLE, table=table, table_id=len(_TABLES) + 1)
+        return info
+
+
+_TABLES: dict[str, TableInfo] = {TABLE.table: TABLE}
+
+
+def spread(txns: list[list[RowChange]], tables: int, seed: int = 2) -> list[list[RowChange]]:
+    """Each transaction on one of `tables` tables shaped as sbtest1, chosen at random (peers'
+    tables1000 / tables10000 workloads): the per-table cost of a batch over many tables."""
+    if tables <= 1:
+        return txns
+    rng = random.Random(seed)
+    spread_txns = []
+    for txn in txns:
+        name = f"sbtest{rng.randint(1, tables)}"
+        spread_txns.append([dataclasses.replace(row, table=name) for row in txn])
+    return spread_txns
 
 
 class RowChangeStorageSink(StorageSink):
@@ -194,9 +216,11 @@ def main() -> int:
     parser.add_argument("--protocol", default="canal-json", choices=["canal-json", "csv"])
     parser.add_argument("--workload", default="sysbench", choices=list(WORKLOADS))
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tables", type=int, default=1,
+                        help="spread the transactions over this many tables of one shape (issue 27's many tables)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
-    txns = WORKLOADS[args.workload](args.changes)
+    txns = spread(WORKLOADS[args.workload](args.changes), args.tables)
     tables = batches(txns, args.batch_rows)
     rows, transactions = sum(len(t) for t in txns), len(txns)
     # The RowChanges only made the batches; a changefeed's driver holds none, and the garbage
@@ -204,7 +228,7 @@ def main() -> int:
     del txns
     gc.collect()
     print(f"{rows} row changes in {transactions} transactions, {len(tables)} batches, "
-          f"workload {args.workload}, protocol {args.protocol}")
+          f"workload {args.workload}, {args.tables} table(s), protocol {args.protocol}")
     best = {"row-change": float("inf"), "columnar": float("inf")}
     with tempfile.TemporaryDirectory() as scratch:
         for round_number in range(args.rounds):
