@@ -253,7 +253,7 @@ def main() -> int:
                              "KEY=VALUE, e.g. innodb_buffer_pool_size=1G,innodb_log_file_size=512M (the test "
                              "fixture's defaults are small: a 64M buffer pool, a 16M redo log)")
     args = parser.parse_args()
-    items = [item.strip() for item in args.downstream_config.split(",") if args.downstream_config]
+    items = [item.strip() for item in args.downstream_config.split(",")] if args.downstream_config else []
     if any("=" not in item for item in items):
         parser.error("--downstream-config takes KEY=VALUE[,KEY=VALUE...]")
     downstream_config = dict(item.split("=", 1) for item in items)
