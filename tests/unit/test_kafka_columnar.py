@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from sparkcdc.config.replica import parse_replica_config
-from sparkcdc.errors import ErrMessageTooLarge
+from sparkcdc.errors import ErrKafkaSendMessage, ErrMessageTooLarge
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
@@ -86,6 +86,11 @@ class FakeProducer:
 
     def produce(self, topic, value=None, key=None, partition=-1, on_delivery=None):
         self.sent.append((topic, partition, key, value))
+
+    def produce_batch(self, topic, messages, partition=-1, on_delivery=None):
+        for message in messages:
+            self.produce(topic, message.get("value"), message.get("key"), partition, on_delivery)
+        return len(messages)
 
     def poll(self, timeout=0):
         return 0
@@ -263,9 +268,51 @@ class FullQueueProducer(FakeProducer):
         super().produce(topic, value, key, partition, on_delivery)
 
 
-def test_a_full_local_queue_delays_but_drops_no_message():
-    producer = FullQueueProducer()
+class PartlyTakingProducer(FakeProducer):
+    """produce_batch as librdkafka's with a full queue: the first `taking` messages of each call are
+    queued, the others refused with _QUEUE_FULL, or (out_of_order) one of them taken after all."""
+
+    def __init__(self, taking: int, out_of_order: bool = False):
+        super().__init__()
+        self.taking, self.out_of_order, self.calls = taking, out_of_order, 0
+
+    def produce_batch(self, topic, messages, partition=-1, on_delivery=None):
+        from confluent_kafka import KafkaError
+
+        self.calls += 1
+        taken = 0
+        for position, message in enumerate(messages):
+            if position < self.taking or (self.out_of_order and position == len(messages) - 1):
+                self.produce(topic, message["value"], None, partition, on_delivery)
+                taken += 1
+            else:
+                message["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+        return taken
+
+
+def test_a_batch_the_full_local_queue_takes_in_part_goes_on_from_the_first_refused_message():
+    producer = PartlyTakingProducer(taking=2)
     sink = KafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
+                     producer=producer, admin=FakeAdmin(1))
+    write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
+                ddl_policy=DDLPolicy(force_replicate=True))
+    expected, _ = write_both([batch(0, ts(3), CHANGES)], partitions=1)
+    assert per_partition(producer.sent, "none") == expected
+    assert producer.calls > 1 and sink.sent_messages == len(CHANGES)
+
+
+def test_a_message_the_full_queue_took_after_a_refused_one_fails_the_batch_for_a_replay():
+    producer = PartlyTakingProducer(taking=1, out_of_order=True)
+    sink = KafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
+                     producer=producer, admin=FakeAdmin(1))
+    with pytest.raises(ErrKafkaSendMessage, match="out of order"):
+        write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
+                    ddl_policy=DDLPolicy(force_replicate=True))
+
+
+def test_a_full_local_queue_delays_but_drops_no_message_one_produce_at_a_time():
+    producer = FullQueueProducer()
+    sink = RowChangeKafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
                      producer=producer, admin=FakeAdmin(1))
     write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
                 ddl_policy=DDLPolicy(force_replicate=True))
