@@ -290,32 +290,31 @@ class PartlyTakingProducer(FakeProducer):
         return taken
 
 
-def test_a_batch_the_full_local_queue_takes_in_part_goes_on_from_the_first_refused_message():
-    producer = PartlyTakingProducer(taking=2)
-    sink = KafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
-                     producer=producer, admin=FakeAdmin(1))
+def write_changes_through(producer, sink_class=KafkaSink) -> KafkaSink:
+    """CHANGES written by write_batch to a one-partition canal-json sink producing with `producer`."""
+    sink = sink_class("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
+                      producer=producer, admin=FakeAdmin(1))
     write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
                 ddl_policy=DDLPolicy(force_replicate=True))
+    return sink
+
+
+def test_a_batch_the_full_local_queue_takes_in_part_goes_on_from_the_first_refused_message():
+    producer = PartlyTakingProducer(taking=2)
+    sink = write_changes_through(producer)
     expected, _ = write_both([batch(0, ts(3), CHANGES)], partitions=1)
     assert per_partition(producer.sent, "none") == expected
     assert producer.calls > 1 and sink.sent_messages == len(CHANGES)
 
 
 def test_a_message_the_full_queue_took_after_a_refused_one_fails_the_batch_for_a_replay():
-    producer = PartlyTakingProducer(taking=1, out_of_order=True)
-    sink = KafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
-                     producer=producer, admin=FakeAdmin(1))
     with pytest.raises(ErrKafkaSendMessage, match="out of order"):
-        write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
-                    ddl_policy=DDLPolicy(force_replicate=True))
+        write_changes_through(PartlyTakingProducer(taking=1, out_of_order=True))
 
 
 def test_a_full_local_queue_delays_but_drops_no_message_one_produce_at_a_time():
     producer = FullQueueProducer()
-    sink = RowChangeKafkaSink("kafka://127.0.0.1:9/t?protocol=canal-json", parse_replica_config(""), clock=lambda: NOW,
-                     producer=producer, admin=FakeAdmin(1))
-    write_batch(batch(0, ts(3), CHANGES), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
-                ddl_policy=DDLPolicy(force_replicate=True))
+    sink = write_changes_through(producer, RowChangeKafkaSink)
     expected, _ = write_both([batch(0, ts(3), CHANGES)], partitions=1)
     assert per_partition(producer.sent, "none") == expected
     assert sink.sent_messages == len(CHANGES)
