@@ -44,6 +44,9 @@ POINTS: dict[str, str] = {
     "pause-inside-transaction": (
         "return(SECONDS): a batch that ends inside a large transaction (after some of its pieces) waits SECONDS "
         "before its checkpoint, once per transaction, logging where: a test can fail the upstream over there"),
+    "snapshot-wave-pause": (
+        "return(SECONDS): an initial snapshot waits SECONDS before each wave of chunk reads, so that a test "
+        "can fail the upstream over while the copy is under way"),
     "kill-after-lake-commit": (
         "return(N): the server SIGKILLs its process group in the N-th batch checkpoint of a lakehouse sink "
         "that committed rows, after the table commits and before the checkpoint is recorded"),

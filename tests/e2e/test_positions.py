@@ -104,7 +104,9 @@ def test_a_changefeed_starts_at_a_dumps_gtid_from_before_the_server_existed(prim
 # ---- issue 23: a failover of the upstream -----------------------------------------------------
 
 FAILOVER_DB = "e2e_failover"
+SNAPSHOT_DB = "e2e_failover_copy"  # copied by an initial snapshot that the failover interrupts
 PAUSE_SECONDS = 10  # the failpoint's pause inside the large transaction, in which the primary dies
+WAVE_PAUSE_SECONDS = 1  # before each wave of chunk reads: the copy is under way at the kill on any machine
 HA = {"log_slave_updates": "ON", "gtid_strict_mode": "ON"}
 
 
@@ -159,6 +161,13 @@ class Writer:
         self.workload._exec(f"CREATE TABLE `{self.workload.database}`.ledger (n INT NOT NULL, note VARCHAR(8))")
 
 
+def copy_progress(server: ServerProcess, table: str) -> str:
+    """The state of the `copy` changefeed's snapshot of `table` (pending, copying, done)."""
+    status = json.loads(server.cli("changefeed", "query", "-c", "copy").stdout)
+    tables = (status.get("snapshot") or {}).get("tables", [])  # none before the copy's bootstrap
+    return next((t["state"] for t in tables if t["table"] == f"{SNAPSHOT_DB}.{table}"), "")
+
+
 def ledger_counts(conn, database: str = FAILOVER_DB) -> dict[int, int]:
     with conn.cursor() as cur:
         cur.execute(f"SELECT n, COUNT(*) FROM `{database}`.ledger GROUP BY n")
@@ -182,17 +191,30 @@ def file_ledger_commits(root: str) -> dict[int, set[int]]:
 
 def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstream, tmp_path, monkeypatch):
     """kill -9 of the primary mid-workload, while the MySQL changefeed is inside a large
-    transaction's pieces and the file changefeed is paused behind; the replica is promoted and the
-    workload goes on there. Both changefeeds end equal to the new primary, nothing twice, and no
-    checkpoint moved backwards."""
+    transaction's pieces, the file changefeed is paused behind and a third changefeed is half way
+    through the initial snapshot of a database that existed before (with writes during the copy);
+    the replica is promoted and the workloads go on there. All three end equal to the new primary,
+    nothing twice, no checkpoint moved backwards, and the copy kept the chunks it had done."""
     from test_storage_changefeed import assert_tables_equal, wait_replicated, write_large_transaction
 
     began = time.monotonic()
     old, new = topology
     config = tmp_path / "cf.toml"
     config.write_text(f'force-replicate = true\n[filter]\nrules = ["{FAILOVER_DB}.*"]\n')
+    copy_config = tmp_path / "copy.toml"
+    copy_config.write_text(f'force-replicate = true\n[filter]\nrules = ["{SNAPSHOT_DB}.*"]\n'
+                           '[snapshot]\nmode = "initial"\nchunk-size = 500\nparallelism = 1\n')
     root = str(tmp_path / "files")
-    monkeypatch.setenv("SPARKCDC_FAILPOINTS", f"pause-inside-transaction=return({PAUSE_SECONDS})")
+    copier = Writer(old, seed=31, database=SNAPSHOT_DB)
+    copier.create_tables()
+    copier.workload.run(300)
+    with old.connect().cursor() as cur:  # the bulk of the copy, copied last (tables go in name order)
+        cur.execute(f"CREATE TABLE `{SNAPSHOT_DB}`.zbulk (id INT PRIMARY KEY, k INT NOT NULL, pad CHAR(60) NOT NULL)")
+        cur.execute(f"INSERT INTO `{SNAPSHOT_DB}`.zbulk SELECT seq, seq % 97, REPEAT('p', 60)"
+                    f" FROM `{SNAPSHOT_DB}`.seq_1_to_10000")
+    copier.on(old)  # writes beside the copy, the keyless ledger too
+    monkeypatch.setenv("SPARKCDC_FAILPOINTS", f"pause-inside-transaction=return({PAUSE_SECONDS});"
+                                              f"snapshot-wave-pause=return({WAVE_PAUSE_SECONDS})")
     server = ServerProcess(str(tmp_path / "cdc"), f"mysql://root@127.0.0.1:{old.port},127.0.0.1:{new.port}/").start()
     checkpoints: dict[str, list[int]] = {"to-mysql": [], "to-files": []}
     polling = threading.Event()
@@ -209,6 +231,8 @@ def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstrea
     poller = threading.Thread(target=poll_checkpoints, daemon=True)
     writer = Writer(old, seed=23)
     try:
+        server.cli("changefeed", "create", "-c", "copy", "--config", str(copy_config),
+                   "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/?worker-count=2")
         server.cli("changefeed", "create", "-c", "to-mysql", "--config", str(config),
                    "--sink-uri", f"mysql://root@127.0.0.1:{downstream.port}/?worker-count=2")
         server.cli("changefeed", "create", "-c", "to-files", "--config", str(config),
@@ -218,23 +242,40 @@ def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstrea
         writer.on(old)
         time.sleep(8)
         server.cli("changefeed", "pause", "-c", "to-files")  # behind from here: it catches up on the new primary
-        time.sleep(4)
+        # The copy's keyless ledger (one chunk, whose changes are dropped up to its place) is done
+        # before the failover, the bulk table after it.
+        wait_until(lambda: copy_progress(server, "ledger") == "done", 120, "the copy of the ledger")
         log_path = os.path.join(server.data_dir, "server.log")
         write_large_transaction(old.connect(), FAILOVER_DB)
         wait_until(lambda: b"FAILPOINT pause-inside-transaction: pausing" in open(log_path, "rb").read(), 240,
                    "the MySQL changefeed to stop inside the large transaction")
         time.sleep(1)
+        assert copy_progress(server, "zbulk") != "done", "the copy ended before the failover: nothing was tested"
+        log_at_kill = os.path.getsize(log_path)
         old.kill()  # kill -9 mid-workload, with the MySQL changefeed half way through the transaction
         writer.stop()
+        copier.stop()
         killed = time.monotonic()
         new.promote()
         writer.on(new)
+        copier.on(new)
         # Refused (the upstream unreachable) until the puller has switched to the new primary.
         wait_until(lambda: server.cli("changefeed", "resume", "-c", "to-files", check=False).returncode == 0, 120,
                    "the paused changefeed to resume on the new primary")
         time.sleep(8)
         writer.stop()
         writer.workload.finish()
+        copier.stop()
+        copier.workload.finish()
+
+        wait_until(lambda: copy_progress(server, "zbulk") == "done", 240, "the copy to finish on the new primary")
+        copied = TABLES + ["ledger", "zbulk"]
+        wait_tables_equal(new.connect(), downstream.connect(), SNAPSHOT_DB, copied, timeout=120)
+        copy_counts = ledger_counts(downstream.connect(), SNAPSHOT_DB)
+        assert copy_counts == ledger_counts(new.connect(), SNAPSHOT_DB) and set(copy_counts.values()) == {1}
+        read_after = re.findall(rb"snapshot of default/copy reads (.*)", open(log_path, "rb").read()[log_at_kill:])
+        tables_read_after = {name.split(b"#")[0].decode() for line in read_after for name in line.split(b", ")}
+        assert tables_read_after == {f"{SNAPSHOT_DB}.zbulk"}, f"done chunks read again: {tables_read_after}"
 
         tables = TABLES + ["bulk"]
         wait_tables_equal(new.connect(), downstream.connect(), FAILOVER_DB, tables, timeout=300)

@@ -13,6 +13,7 @@ from sparkcdc.errors import ErrInvalidFailpoint
 from sparkcdc.filter.table_filter import TableFilter
 from sparkcdc.pipeline import batch_sink, runner
 from sparkcdc.pipeline.batch_sink import write_batch
+from sparkcdc.pipeline.snapshot import SNAPSHOT_WAVE_PAUSE
 from sparkcdc.sink.lakehouse.sink import KILL_AFTER_LAKE_COMMIT
 
 from test_pipeline_planning import RecordingSink
@@ -21,7 +22,8 @@ from test_redo import RecordingRedo, two_table_batch
 
 def test_every_point_the_code_names_is_declared_and_every_declared_point_is_used():
     named = {batch_sink.KILL_AFTER_FIRST_TABLE, batch_sink.KILL_AFTER_DDL, runner.STUCK_DURATION_FAILPOINT,
-             runner.SYNC_POINT_INTERVAL_FAILPOINT, KILL_AFTER_LAKE_COMMIT, batch_sink.PAUSE_INSIDE_TRANSACTION}
+             runner.SYNC_POINT_INTERVAL_FAILPOINT, KILL_AFTER_LAKE_COMMIT, batch_sink.PAUSE_INSIDE_TRANSACTION,
+             SNAPSHOT_WAVE_PAUSE}
     assert named == set(failpoint.POINTS)
 
 

@@ -127,7 +127,7 @@ def test_a_batch_cannot_slip_between_a_wave_read_and_its_chunks_pending(index):
     be pending, or a batch holding their positions would be written without them."""
     snapshot = stage(index)
     table = snapshot.state.tables[0]
-    wave = _Wave(300)
+    wave = _Wave(300, 0)
     wave.chunks.append((table, table.chunks[0], None))
     snapshot._reading = wave
     snapshot._read_wave = lambda reads: pa.Table.from_batches([
@@ -169,6 +169,46 @@ def test_changes_of_a_table_without_key_are_dropped_until_its_chunk_is_in(index)
     assert sorted(merged["commit_ts"].to_pylist()) == [201, 201, 201, 202, 300]
     snapshot.placed(placements)
     assert snapshot.dropped_before() == {("db", "nokey"): 200}  # a replay drops what the chunk holds
+
+
+def fail_over(index):
+    """The index switches to a promoted replica (epoch 1): transactions 200 and 202 re-mapped onto
+    its binlog, whose file has the same name and other offsets."""
+    from sparkcdc.upstream.txn_index import Remapped
+
+    index.record_source("127.0.0.1", 1, 1, None, "mariadb", new_epoch=False)
+    new = index.record_source("127.0.0.1", 2, 2, None, "mariadb", new_epoch=True)
+    index.remap(new.epoch, [Remapped(200, BinlogPosition(FILE, 1000), BinlogPosition(FILE, 1300), (), True),
+                            Remapped(202, BinlogPosition(FILE, 1300), BinlogPosition(FILE, 1400), (), False)])
+    return new.epoch
+
+
+def test_a_chunk_read_before_a_failover_is_read_again_on_the_new_primary(index):
+    """A chunk's position is one server's binlog: after the switch it maps to nothing, so the
+    chunk goes back to be read on the new primary, whose chunk is placed by the new positions."""
+    snapshot = stage(index)
+    old = pend(snapshot, 300)  # after 200 on the old primary; FILE:300 is before 200 on the new one
+    assert fail_over(index) == 1
+    assert snapshot.placements(100, 10_000) == []
+    assert old not in snapshot._pending
+    new = pend(snapshot, 1300)
+    new.epoch = 1
+    assert [p.commit_ts for p in snapshot.placements(100, 10_000)] == [201]
+    index.append([], [], [], 330, position=BinlogPosition(FILE, 1500))
+    later = pend(snapshot, 1500)
+    later.epoch = 1
+    assert [p.commit_ts for p in snapshot.placements(300, 10_000) if p.pending is later] == [301]
+
+
+def test_a_table_without_key_keeps_its_anchor_across_a_failover(index):
+    keyless = TableSnapshot("db", "nokey", None, [ChunkState(0, None, None)])
+    snapshot = stage(index, tables=[keyless])
+    pend(snapshot, 300)
+    snapshot.placed(snapshot.placements(100, 300))
+    assert snapshot.dropped_before() == {("db", "nokey"): 200}
+    fail_over(index)
+    restarted = stage(index, MemoryStore(), tables=SnapshotState.from_json(snapshot._store.snapshot).tables)
+    assert restarted.dropped_before() == {("db", "nokey"): 200}, "the stored commit-ts, not the old server's position"
 
 
 def test_the_stream_is_capped_at_a_wave_start_while_the_wave_reads(index, tmp_path):

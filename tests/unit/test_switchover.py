@@ -30,10 +30,13 @@ def index(tmp_path):
 
 
 def test_reads_go_to_the_server_the_index_follows_whatever_the_uris_order(index):
-    assert followed_server(index, URI).address == "db1:3306", "no source recorded: the URI's first"
+    first, epoch = followed_server(index, URI)
+    assert (first.address, epoch) == ("db1:3306", 0), "no source recorded: the URI's first"
     index.record_source("db2", 3307, 2, None, "mariadb", new_epoch=False)
-    server = followed_server(index, URI)
-    assert (server.address, server.user, server.password) == ("db2:3307", "cdc", "pw")
+    server, epoch = followed_server(index, URI)
+    assert (server.address, server.user, server.password, epoch) == ("db2:3307", "cdc", "pw", 0)
+    index.record_source("db1", 3306, 1, None, "mariadb", new_epoch=True)
+    assert [(s.address, e) for s, e in [followed_server(index, URI)]] == [("db1:3306", 1)]
 
 
 def test_a_switch_moves_each_transaction_it_finds_by_gtid_and_refuses_another_one(index):

@@ -186,6 +186,31 @@ def test_a_failover_remaps_positions_into_a_new_epoch_and_drops_only_unresolved_
     assert [t.table for t in gtid_index.tables_at(2000)] == ["a"]
 
 
+def test_a_position_maps_only_among_its_own_servers_transactions(gtid_index):
+    """Each server numbers its binlog on its own: after a failover, a position of the new server
+    is compared with the transactions re-mapped onto it, never with the old server's, and a
+    position of the old server is not covered any more."""
+    from sparkcdc.upstream.txn_index import Remapped
+
+    gtid_index.append([], [], [], 1003, position=BinlogPosition("mysql-bin.000001", 450))
+    assert gtid_index.covers(BinlogPosition("mysql-bin.000001", 450)) and gtid_index.ts_at_position(
+        BinlogPosition("mysql-bin.000001", 350)) == 1002
+    gtid_index.record_source("b", 3307, 2, None, "mariadb", new_epoch=True)
+    # The old server's positions: not covered in the new epoch, still mapped in their own.
+    assert not gtid_index.covers(BinlogPosition("mysql-bin.000001", 450), 0)
+    assert gtid_index.ts_at_position(BinlogPosition("mysql-bin.000001", 350), 0) == 1002
+    # The new server (same file name, other offsets): its read position is not the old one's.
+    assert not gtid_index.covers(BinlogPosition("mysql-bin.000001", 40))
+    gtid_index.remap(1, [Remapped(1002, BinlogPosition("mysql-bin.000001", 20), BinlogPosition("mysql-bin.000001", 30),
+                                  (), breaks=True),
+                         Remapped(1003, BinlogPosition("mysql-bin.000001", 30), BinlogPosition("mysql-bin.000001", 40),
+                                  (), breaks=False)])
+    assert gtid_index.covers(BinlogPosition("mysql-bin.000001", 40), 1)
+    assert gtid_index.ts_at_position(BinlogPosition("mysql-bin.000001", 35)) == 1002
+    assert gtid_index.ts_at_position(BinlogPosition("mysql-bin.000001", 40), 1) == 1003
+    assert gtid_index.ts_at_position(BinlogPosition("mysql-bin.000001", 25), 1) == 1001, "before its first: the older"
+
+
 def test_an_index_from_before_gtid_states_learns_its_start_state(index):
     from sparkcdc.model.gtid import parse_state
 

@@ -6,7 +6,8 @@ prefix): chunk n holds the rows whose key is above `low` and at most `high` in t
 order (bounds in canonical text, model/events.py; None is unbounded). A table without such a key
 is one chunk (`key` None). A chunk is `done` once its rows are downstream and checkpointed; done
 chunks are never read again, so a restart resumes with the chunks still to do. `position` is the
-binlog position the chunk's read was consistent with.
+binlog position the chunk's read was consistent with, `commit_ts` where it went into the stream
+(a position is one server's; the commit-ts stays valid across a failover).
 
 The whole document is one JSON value per changefeed (`SnapshotState.to_json`), rewritten when a
 chunk is done; finished tables keep only their counts.
@@ -40,6 +41,7 @@ class ChunkState:
     done: bool = False
     rows: int = 0
     position: str = ""  # FILE:POS the read was consistent with (done chunks)
+    commit_ts: int = 0  # where the done chunk's rows went into the stream (0: a state from before it was kept)
 
 
 @dataclass
@@ -115,7 +117,8 @@ class TableSnapshot:
     @classmethod
     def from_dict(cls, data: dict) -> "TableSnapshot":
         key = data.get("key")
-        chunks = [ChunkState(c["number"], _bound(c["low"]), _bound(c["high"]), c["done"], c["rows"], c["position"])
+        chunks = [ChunkState(c["number"], _bound(c["low"]), _bound(c["high"]), c["done"], c["rows"], c["position"],
+                             c.get("commit_ts", 0))
                   for c in data.get("chunks", [])]
         return cls(data["schema"], data["table"],
                    None if key is None else ChunkKey(key["index"], tuple(key["columns"])), chunks,

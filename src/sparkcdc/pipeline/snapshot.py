@@ -50,6 +50,7 @@ from typing import Callable, Optional
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from sparkcdc import failpoint
 from sparkcdc.errors import SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.model.change_batch import RANGE_MARKER, runs_of_equal
@@ -79,6 +80,8 @@ RETRY_SECONDS = 1.0
 STREAM_START_WAIT_SECONDS = 60.0
 # How often the stage looks for snapshots asked for through the API.
 REQUEST_POLL_SECONDS = 2.0
+# Failpoint (docs/failpoints.md): each wave of chunk reads waits this many seconds first.
+SNAPSHOT_WAVE_PAUSE = "snapshot-wave-pause"
 
 
 @dataclass
@@ -90,6 +93,7 @@ class PendingChunk:
     position: BinlogPosition
     version: int
     rows: pa.Table  # CHANGE_SCHEMA rows, commit_ts still the read's chunk number
+    epoch: int = 0  # the index's source whose binlog `position` is in (the server the chunk was read on)
 
 
 @dataclass
@@ -103,6 +107,7 @@ class Placement:
 @dataclass
 class _Wave:
     since: int  # the resolved-ts when the wave began: its chunks' positions are after it
+    epoch: int  # the index's source the chunks are read on
     chunks: list[tuple[TableSnapshot, ChunkState, ChunkRead]] = field(default_factory=list)
 
 
@@ -175,11 +180,15 @@ class SnapshotStage:
         self.chunks_read = 0  # by this run (the restart tests read it from the log)
         self._cap_file = cap_file
 
-    def _server(self) -> UpstreamConfig:
-        """The server the index follows (of several in the URI, the primary): a chunk's binlog
-        position is that server's, to map into the index. A failover while chunks are read is
-        not supported (docs/failover.md)."""
+    def _server(self) -> tuple[UpstreamConfig, int]:
+        """The server the index follows (of several in the URI, the primary) and its epoch: a
+        chunk's binlog position is that server's, mapped into the index in that epoch. A chunk
+        read before a failover and not yet placed is read again on the new server (`placements`)."""
         return followed_server(self._index, self._upstream)
+
+    def _epoch(self) -> int:
+        source = self._index.current_source()
+        return source.epoch if source is not None else 0
 
     # -- start: the downstream tables ---------------------------------------------------------
     @property
@@ -194,15 +203,16 @@ class SnapshotStage:
         if self.state.bootstrapped:
             self._log_resume()
             return checkpoint_ts
-        conn = connect_for_reads(self._server())
+        server, epoch = self._server()
+        conn = connect_for_reads(server)
         try:
             for _ in range(attempts):
                 start = max(checkpoint_ts, self._index.resolved_ts())
                 tables = snapshot_tables(self._index, start, self._config)
                 definitions = self._definitions(conn, tables)
                 end = binlog_end(conn)
-                self._wait_covered(end)
-                changed = self._ddls_touching(tables, start, self._index.ts_at_position(end) or start)
+                self._wait_covered(end, epoch)
+                changed = self._ddls_touching(tables, start, self._index.ts_at_position(end, epoch) or start)
                 if not changed:
                     break
                 log.info("snapshot of %s: DDL on %s while reading the table definitions; reading them again",
@@ -256,12 +266,12 @@ class SnapshotStage:
                     touched.add(name)
         return touched
 
-    def _wait_covered(self, position: BinlogPosition, timeout: float = 60.0) -> None:
+    def _wait_covered(self, position: BinlogPosition, epoch: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        while not self._index.covers(position):
+        while not self._index.covers(position, epoch):
             if time.monotonic() > deadline:
                 raise SparkCDCError(f"snapshot of {self.name}: the binlog puller did not reach {position} within "
-                                    f"{timeout:.0f}s; the server log says why")
+                                    f"{timeout:.0f}s (or the upstream failed over meanwhile); the server log says why")
             time.sleep(0.1)
 
     def _log_resume(self) -> None:
@@ -296,6 +306,8 @@ class SnapshotStage:
             self._stream_running.wait(STREAM_START_WAIT_SECONDS)
             while not self._stop.is_set():
                 self._take_requests()
+                if (seconds := failpoint.value(SNAPSHOT_WAVE_PAUSE)) is not None and not self.state.finished:
+                    self._stop.wait(float(seconds))
                 wave = self._next_wave()
                 if wave is None:
                     self._log_progress()
@@ -322,7 +334,8 @@ class SnapshotStage:
             busy = {(id(p.table), p.chunk.number) for p in self._pending}
             wanted = self._parallelism
         since = self._index.resolved_ts()
-        wave = _Wave(since)
+        server, epoch = self._server()
+        wave = _Wave(since, epoch)
         conn = None
         try:
             for table in list(self.state.tables):
@@ -343,11 +356,13 @@ class SnapshotStage:
                     if len(wave.chunks) >= wanted:
                         break
                     if not chunk.done and (id(table), chunk.number) not in busy:
-                        wave.chunks.append((table, chunk, self._chunk_read(len(wave.chunks), info, table, chunk)))
+                        wave.chunks.append((table, chunk, ChunkRead(server, len(wave.chunks), info.to_json(),
+                                                                    table.key, chunk.low, chunk.high)))
                 while len(wave.chunks) < wanted and not table.planned_all:
-                    conn = conn or connect_for_reads(self._server())
+                    conn = conn or connect_for_reads(server)
                     chunk = self._plan_chunk(conn, info, table)
-                    wave.chunks.append((table, chunk, self._chunk_read(len(wave.chunks), info, table, chunk)))
+                    wave.chunks.append((table, chunk, ChunkRead(server, len(wave.chunks), info.to_json(), table.key,
+                                                                chunk.low, chunk.high)))
         finally:
             if conn is not None:
                 conn.close()
@@ -374,9 +389,6 @@ class SnapshotStage:
         with self._lock:
             table.chunks.append(chunk)
         return chunk
-
-    def _chunk_read(self, number: int, info: TableInfo, table: TableSnapshot, chunk: ChunkState) -> ChunkRead:
-        return ChunkRead(self._server(), number, info.to_json(), table.key, chunk.low, chunk.high)
 
     def _read(self, wave: _Wave) -> None:
         log.info("snapshot of %s reads %s", self.name,
@@ -417,7 +429,7 @@ class SnapshotStage:
                     self._stop.wait(RETRY_SECONDS)  # the index then shows it dropped
                 continue
             result.append(PendingChunk(table, chunk, BinlogPosition.parse(position), int(version),
-                                       rows.slice(low + 1, high - low - 1)))
+                                       rows.slice(low + 1, high - low - 1), wave.epoch))
         return result
 
     # -- what the batch writer asks -------------------------------------------------------------
@@ -441,9 +453,9 @@ class SnapshotStage:
             pending = list(self._pending)
         placed, stale = [], []
         for chunk in pending:
-            if not self._index.covers(chunk.position):
-                continue
-            last = self._index.ts_at_position(chunk.position)
+            if not self._index.covers(chunk.position, chunk.epoch):
+                continue  # not read that far yet, or read on a server the index no longer follows (below)
+            last = self._index.ts_at_position(chunk.position, chunk.epoch)
             if last is None:
                 stale.append(chunk)
                 continue
@@ -457,6 +469,16 @@ class SnapshotStage:
                 stale.append(chunk)
                 continue
             placed.append(Placement(chunk, commit_ts))
+        # Read after the lookups: a failover records its new source before it re-maps any position,
+        # so a chunk of the epoch still current here was mapped before the re-map began.
+        epoch = self._epoch()
+        for chunk in pending:
+            if chunk.epoch != epoch and chunk not in stale:
+                log.info("snapshot of %s: %s#%d was read on %s, which the upstream failed over from; it is read again "
+                         "on the new primary", self.name, chunk.table.name, chunk.chunk.number,
+                         "a server" if (source := self._index.source(chunk.epoch)) is None else source.address)
+                stale.append(chunk)
+        placed = [p for p in placed if p.pending not in stale]
         if stale:
             with self._lock:
                 self._pending = [p for p in self._pending if p not in stale]
@@ -470,9 +492,12 @@ class SnapshotStage:
             tables = [t for t in self.state.tables if t.key is None and not t.skipped]
         result: dict[tuple[str, str], Optional[int]] = {}
         for table in tables:
-            done = [c for c in table.chunks if c.done and c.position]
+            done = [c for c in table.chunks if c.done and (c.commit_ts or c.position)]
             if done:
-                anchor = self._index.ts_at_position(BinlogPosition.parse(done[0].position))
+                # Its changes up to the chunk's place: in the stream, one below its commit-ts (a
+                # state from before commit-ts were kept maps the position, on the server of then).
+                anchor = (done[0].commit_ts - 1 if done[0].commit_ts
+                          else self._index.ts_at_position(BinlogPosition.parse(done[0].position), 0))
                 result[(table.schema, table.table)] = anchor if anchor is not None else 0
             elif not table.finished:
                 result[(table.schema, table.table)] = None
@@ -514,6 +539,7 @@ class SnapshotStage:
                 chunk, table = pending.chunk, pending.table
                 if not chunk.done:
                     chunk.done, chunk.rows, chunk.position = True, pending.rows.num_rows, str(pending.position)
+                    chunk.commit_ts = placement.commit_ts
                     table.done_chunks += 1
                     table.done_rows += chunk.rows
                 if table.planned_all and all(c.done for c in table.chunks) and not table.finished:
@@ -538,7 +564,7 @@ class SnapshotStage:
         new = [r for r in requests if r["id"] > handled]
         if not new:
             return
-        conn = connect_for_reads(self._server())
+        conn = connect_for_reads(self._server()[0])
         try:
             resolved = self._index.resolved_ts()
             for request in new:

@@ -164,11 +164,12 @@ def source_server(index: TxnIndex, epoch: int, upstream: UpstreamConfig) -> Upst
     return upstream.at(source.host, source.port) if source is not None else upstream.servers()[0]
 
 
-def followed_server(index: TxnIndex, upstream: UpstreamConfig) -> UpstreamConfig:
-    """The server the index follows now: where a read whose binlog position must map into the
-    index (a snapshot chunk's) has to run."""
+def followed_server(index: TxnIndex, upstream: UpstreamConfig) -> tuple[UpstreamConfig, int]:
+    """The server the index follows now and its epoch: where a read whose binlog position must
+    map into the index (a snapshot chunk's) has to run, and the epoch to map that position in."""
     source = index.current_source()
-    return source_server(index, source.epoch if source is not None else 0, upstream)
+    epoch = source.epoch if source is not None else 0
+    return source_server(index, epoch, upstream), epoch
 
 
 # ---- the candidates' reach ----------------------------------------------------------------------

@@ -465,27 +465,49 @@ class TxnIndex:
                 return commit_ts
         return self.first_ts()
 
-    def covers(self, position: BinlogPosition) -> bool:
+    def covers(self, position: BinlogPosition, epoch: Optional[int] = None) -> bool:
         """Whether every transaction that ends at or before `position` is in the index: the puller
-        has read the binlog up to it (a transaction ends there or later, or the puller said so)."""
-        last = self.last_txn()
-        if last is not None and last.end.key() >= position.key():
-            return True
+        has read the binlog up to it (a transaction ends there or later, or the puller said so).
+        `position` is in the binlog of source `epoch` (None: the current one); a position of a
+        server the index no longer follows is never covered (its transactions may be re-mapped)."""
         with self._connect() as conn:
-            text = self._meta(conn, "read_position") or self._meta(conn, "start_position")
+            current = self._current_epoch(conn)
+            if epoch is not None and epoch != current:
+                return False
+            row = conn.execute("SELECT end_file, end_pos, coalesce(epoch, 0) FROM txns ORDER BY commit_ts DESC"
+                               " LIMIT 1").fetchone()
+            if row is not None and row[2] == current and BinlogPosition(row[0], row[1]).key() >= position.key():
+                return True
+            # read_position is the current source's (a new epoch clears it); start_position epoch 0's.
+            text = self._meta(conn, "read_position") or (self._meta(conn, "start_position") if current == 0 else None)
         return text is not None and BinlogPosition.parse(text).key() >= position.key()
 
-    def ts_at_position(self, position: BinlogPosition) -> Optional[int]:
+    def ts_at_position(self, position: BinlogPosition, epoch: Optional[int] = None) -> Optional[int]:
         """The commit-ts of the last transaction ending at or before `position` (first_ts when none
-        does), for a position the index `covers`; None before the index's start."""
-        start = self.start_position()
-        if start is None or position.key() < start.key():
-            return None
+        does), for a position the index `covers`; None before the index's start. `position` is in
+        the binlog of source `epoch` (None: the current one): only that server's transactions are
+        compared with it, since each server numbers its binlog on its own."""
         with self._connect() as conn:
+            if epoch is None:
+                epoch = self._current_epoch(conn)
+            if epoch == 0:
+                start = self._meta(conn, "start_position")
+                if start is None or position.key() < BinlogPosition.parse(start).key():
+                    return None
             row = conn.execute(
-                "SELECT commit_ts FROM txns WHERE end_file < ? OR (end_file = ? AND end_pos <= ?)"
-                " ORDER BY commit_ts DESC LIMIT 1", (position.file, position.file, position.pos)).fetchone()
-        return row[0] if row else self.first_ts()
+                "SELECT commit_ts FROM txns WHERE coalesce(epoch, 0)=? AND (end_file < ? OR (end_file = ? AND"
+                " end_pos <= ?)) ORDER BY commit_ts DESC LIMIT 1",
+                (epoch, position.file, position.file, position.pos)).fetchone()
+            if row is not None:
+                return row[0]
+            if epoch != 0:
+                # Before the epoch's first transaction on that server: after every older one.
+                row = conn.execute(
+                    "SELECT max(commit_ts) FROM txns WHERE commit_ts < coalesce((SELECT min(commit_ts) FROM txns"
+                    " WHERE coalesce(epoch, 0)=?), 9223372036854775807)", (epoch,)).fetchone()
+                if row[0] is not None:
+                    return row[0]
+            return int(self._meta(conn, "first_ts") or 0)
 
     def schema_gc_ts(self) -> int:
         """Schema versions before this ts were garbage-collected; nothing may start before it."""
@@ -652,6 +674,8 @@ class TxnIndex:
             has_any = conn.execute("SELECT 1 FROM sources LIMIT 1").fetchone() is not None
             epoch = current + 1 if new_epoch and has_any else current
             since = int(self._meta(conn, "resolved_ts") or 0)
+            if epoch != current:  # the old server's read position means nothing in the new one's binlog
+                conn.execute("DELETE FROM meta WHERE key='read_position'")
             conn.execute("INSERT OR REPLACE INTO sources VALUES (?, ?, ?, ?, ?, ?, coalesce("
                          "(SELECT since_ts FROM sources WHERE epoch=?), ?))",
                          (epoch, host, port, server_id, server_uuid, flavor, epoch, since))
