@@ -53,7 +53,7 @@ from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
 from sparkcdc.pipeline.planning import BatchPlan, ChunkPartition, MarkerPartition, SourceOptions
-from sparkcdc.pipeline.query_rest import bring_to_rest
+from sparkcdc.pipeline.query_rest import REST_TIMEOUT_SECONDS, bring_to_rest
 from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, SOURCE_NAME
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
@@ -88,6 +88,10 @@ WATCH_SECONDS = 1.0
 STOP_WAIT_SECONDS = 120.0
 # While a changefeed waits for its upstream, how often it looks whether the puller is back.
 UPSTREAM_POLL_SECONDS = 0.25
+# How long the restart after an upstream failover waits for the batch in flight before it
+# interrupts the query: that batch mostly reads the old primary, which may be dead (its range
+# reader would wait range_reader.UPSTREAM_WAIT_SECONDS, 30 s, for it to come back).
+SWITCH_REST_TIMEOUT_SECONDS = 3.0
 # How long a changefeed waits before handling a failure again when handling it failed (e.g. the
 # metadata store was unreachable while it recorded the failure).
 HANDLE_AGAIN_SECONDS = 5.0
@@ -594,7 +598,9 @@ class ChangefeedRunner:
             log.info("changefeed %s/%s: the upstream failed over to %s; restarting from its checkpoint there",
                      *key, server)
             try:
-                self.stop(*key)
+                # A batch in flight usually reads the dead server's binlog, whose range reader would
+                # wait UPSTREAM_WAIT_SECONDS for it to come back: do not wait for that batch long.
+                self.stop(*key, rest_timeout=SWITCH_REST_TIMEOUT_SECONDS)
             except Exception:  # noqa: BLE001 - a query that failed meanwhile: starting again is what matters
                 log.exception("stopping %s/%s for the failover", *key)
             message = self._restart(key)
@@ -772,7 +778,9 @@ class ChangefeedRunner:
             return self._stuck_override
         return parse_go_duration(replica_config_from_dict(info.config).changefeed_error_stuck_duration)
 
-    def stop(self, namespace: str, changefeed_id: str) -> None:
+    def stop(self, namespace: str, changefeed_id: str, rest_timeout: float = REST_TIMEOUT_SECONDS) -> None:
+        """Stop the changefeed's query at rest (its batch in flight finished, waiting at most
+        `rest_timeout` s; past it the query is interrupted, its batch replayed on the next start)."""
         with self._lock:
             running = self._running.pop((namespace, changefeed_id), None)
             backing_off = self._backing_off.pop((namespace, changefeed_id), None)
@@ -786,7 +794,7 @@ class ChangefeedRunner:
         running.stopping.set()
         try:
             if not is_connect_session(self._spark):
-                bring_to_rest(running.query, self._hold_path(namespace, changefeed_id))
+                bring_to_rest(running.query, self._hold_path(namespace, changefeed_id), rest_timeout)
             running.query.stop()
         finally:
             running.writer.close()
