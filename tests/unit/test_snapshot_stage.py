@@ -200,6 +200,20 @@ def test_a_chunk_read_before_a_failover_is_read_again_on_the_new_primary(index):
     assert [p.commit_ts for p in snapshot.placements(300, 10_000) if p.pending is later] == [301]
 
 
+def test_a_failover_while_the_copy_starts_is_retryable_not_a_minute_of_waiting(index):
+    """The start's binlog end was read on the old primary: it never maps into the new epoch, so
+    the changefeed starts again (a retryable upstream error) rather than wait and fail."""
+    from sparkcdc.errors import ErrUpstreamUnreachable
+    from sparkcdc.pipeline.failure import is_retryable_failure
+
+    snapshot = stage(index)
+    fail_over(index)
+    with pytest.raises(ErrUpstreamUnreachable, match="failed over while the copy's start was read from 127.0.0.1:1") \
+            as raised:
+        snapshot._wait_covered(BinlogPosition(FILE, 5000), 0, timeout=30)
+    assert is_retryable_failure(str(raised.value))
+
+
 def test_a_table_without_key_keeps_its_anchor_across_a_failover(index):
     keyless = TableSnapshot("db", "nokey", None, [ChunkState(0, None, None)])
     snapshot = stage(index, tables=[keyless])

@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkcdc import failpoint
-from sparkcdc.errors import SparkCDCError
+from sparkcdc.errors import ErrUpstreamUnreachable, SparkCDCError
 from sparkcdc.model import tso
 from sparkcdc.model.change_batch import RANGE_MARKER, runs_of_equal
 from sparkcdc.model.changefeed import ChangefeedStore
@@ -269,9 +269,15 @@ class SnapshotStage:
     def _wait_covered(self, position: BinlogPosition, epoch: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not self._index.covers(position, epoch):
+            if self._epoch() != epoch:
+                old = self._index.source(epoch)
+                raise ErrUpstreamUnreachable(
+                    f"snapshot of {self.name}: the upstream failed over while the copy's start was read from "
+                    f"{old.address if old is not None else 'the old primary'}; the changefeed starts again on the "
+                    "new primary")
             if time.monotonic() > deadline:
                 raise SparkCDCError(f"snapshot of {self.name}: the binlog puller did not reach {position} within "
-                                    f"{timeout:.0f}s (or the upstream failed over meanwhile); the server log says why")
+                                    f"{timeout:.0f}s; the server log says why")
             time.sleep(0.1)
 
     def _log_resume(self) -> None:
