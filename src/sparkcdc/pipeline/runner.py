@@ -534,9 +534,11 @@ class ChangefeedRunner:
                 if result is not None and result.ddls and warn_cascades:
                     _warn_cascading_ddls(info, spec, index, result.start, result.end, table_filter)
                 if result is not None and (result.rows or result.ddls):
-                    log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d in %.1fs (decode %.2fs, write %.2fs)",
+                    log.info("changefeed %s batch %d: (%d, %d] rows=%d ddls=%d in %.1fs (decode %.2fs, write %.2fs, "
+                             "of which flush %.2fs)",
                              changefeed_id, batch_id, result.start, result.end, result.rows, result.ddls,
                              time.monotonic() - began, decoded - began, time.monotonic() - writing,
+                             result.flush_seconds,
                              extra={"batch": batch_id, "start_ts": result.start, "end_ts": result.end,
                                     "rows": result.rows, "ddls": result.ddls,
                                     "seconds": round(time.monotonic() - began, 3)})
