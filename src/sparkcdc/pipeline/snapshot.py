@@ -186,10 +186,6 @@ class SnapshotStage:
         read before a failover and not yet placed is read again on the new server (`placements`)."""
         return followed_server(self._index, self._upstream)
 
-    def _epoch(self) -> int:
-        source = self._index.current_source()
-        return source.epoch if source is not None else 0
-
     # -- start: the downstream tables ---------------------------------------------------------
     @property
     def finished(self) -> bool:
@@ -269,7 +265,7 @@ class SnapshotStage:
     def _wait_covered(self, position: BinlogPosition, epoch: int, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not self._index.covers(position, epoch):
-            if self._epoch() != epoch:
+            if self._index.current_epoch() != epoch:
                 old = self._index.source(epoch)
                 raise ErrUpstreamUnreachable(
                     f"snapshot of {self.name}: the upstream failed over while the copy's start was read from "
@@ -477,7 +473,7 @@ class SnapshotStage:
             placed.append(Placement(chunk, commit_ts))
         # Read after the lookups: a failover records its new source before it re-maps any position,
         # so a chunk of the epoch still current here was mapped before the re-map began.
-        epoch = self._epoch()
+        epoch = self._index.current_epoch()
         for chunk in pending:
             if chunk.epoch != epoch and chunk not in stale:
                 log.info("snapshot of %s: %s#%d was read on %s, which the upstream failed over from; it is read again "

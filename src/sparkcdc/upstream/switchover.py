@@ -167,8 +167,7 @@ def source_server(index: TxnIndex, epoch: int, upstream: UpstreamConfig) -> Upst
 def followed_server(index: TxnIndex, upstream: UpstreamConfig) -> tuple[UpstreamConfig, int]:
     """The server the index follows now and its epoch: where a read whose binlog position must
     map into the index (a snapshot chunk's) has to run, and the epoch to map that position in."""
-    source = index.current_source()
-    epoch = source.epoch if source is not None else 0
+    epoch = index.current_epoch()
     return source_server(index, epoch, upstream), epoch
 
 

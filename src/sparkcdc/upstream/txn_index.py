@@ -652,6 +652,11 @@ class TxnIndex:
         row = conn.execute("SELECT MAX(epoch) FROM sources").fetchone()
         return row[0] if row and row[0] is not None else 0
 
+    def current_epoch(self) -> int:
+        """The epoch of the server the index follows now (0 before one is recorded)."""
+        with self._connect() as conn:
+            return self._current_epoch(conn)
+
     def current_source(self) -> Optional[Source]:
         """The server the index follows now (None for an index that has not recorded one yet)."""
         with self._connect() as conn:
