@@ -155,19 +155,14 @@ class KafkaSink(Sink):
             raise ErrMessageTooLarge(
                 f"a {size}-byte message for {topic} exceeds max-message-bytes={self.config.max_message_bytes}; "
                 "raise max-message-bytes (and the topic's max.message.bytes)")
-        try:
-            self._producer.produce(topic, value=value, key=key, partition=partition, on_delivery=self._on_delivery)
-        except BufferError:  # the local queue is full: let deliveries drain
-            stalled = _Stall(len(self._producer), self.config.write_timeout)
-            while True:
-                self._producer.poll(0.1)
-                self._raise_if_stalled(stalled, len(self._producer))
-                try:
-                    self._producer.produce(topic, value=value, key=key, partition=partition,
-                                           on_delivery=self._on_delivery)
-                    break
-                except BufferError:
-                    pass
+        stalled = None
+        while True:
+            try:
+                self._producer.produce(topic, value=value, key=key, partition=partition,
+                                       on_delivery=self._on_delivery)
+                break
+            except BufferError:  # the local queue is full
+                stalled = self._wait_for_room(stalled)
         self._producer.poll(0)
         self.sent_messages += 1
         self.sent_bytes += size
@@ -247,12 +242,18 @@ class KafkaSink(Sink):
                 if taken == len(messages):
                     break
                 messages = self._refused_suffix(topic, partition, messages, taken)
-                stalled = stalled or _Stall(len(self._producer), self.config.write_timeout)
-                self._producer.poll(0.1)  # let deliveries drain the local queue
-                self._raise_if_stalled(stalled, len(self._producer))
+                stalled = self._wait_for_room(stalled)
             self._producer.poll(0)
         self.sent_messages += len(values)
         self.sent_bytes += sum(map(len, values))
+
+    def _wait_for_room(self, stalled: Optional["_Stall"]) -> "_Stall":
+        """Let deliveries drain the full local queue for a moment; raise when none was
+        acknowledged for write-timeout since the first wait (`stalled`, None at the first)."""
+        stalled = stalled or _Stall(len(self._producer), self.config.write_timeout)
+        self._producer.poll(0.1)
+        self._raise_if_stalled(stalled, len(self._producer))
+        return stalled
 
     @staticmethod
     def _refused_suffix(topic: str, partition: int, messages: list[dict], taken: int) -> list[dict]:
