@@ -15,6 +15,8 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.pipeline.batch_sink import tables_of, write_batch
+from sparkcdc.pipeline.netting import transactions_netting_changes
+from sparkcdc.pipeline.snapshot import Placement
 from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.storage import StorageSink
@@ -282,3 +284,59 @@ _FILTERS = ["", '[[filter.event-filters]]\nmatcher = ["db.pk"]\nignore-insert-va
        filter_toml=st.sampled_from(_FILTERS))
 def test_any_batch_is_written_alike_by_both_paths(tmp_path_factory, batches, split_updates, protocol, filter_toml):
     write_both(tmp_path_factory.mktemp("both"), batches, protocol, split_updates, filter_toml)
+
+
+class OneChunk:
+    """The batch writer's view of a snapshot (BatchSnapshot) with one chunk placed at `commit_ts`."""
+
+    def __init__(self, changes: list[RowChange], commit_ts: int):
+        builder = PythonBatchBuilder()
+        builder.add_changes(changes)
+        self.rows, self.commit_ts, self.placed_ts = pa.Table.from_batches([builder.finish()]), commit_ts, []
+
+    def wait_for_reads(self, end):
+        pass
+
+    def placements(self, start, end):
+        return [Placement(None, self.commit_ts)] if start < self.commit_ts <= end else []
+
+    def merge(self, table, placements):
+        rows = self.rows.set_column(0, "commit_ts", pa.array([self.commit_ts] * self.rows.num_rows, pa.int64()))
+        return pa.concat_tables([table, rows]) if placements else table
+
+    def copying_tables(self):
+        return frozenset({("db", "pk")})
+
+    def placed(self, placements):
+        self.placed_ts += [placement.commit_ts for placement in placements]
+
+
+def test_snapshot_chunks_are_not_checked_for_netting(tmp_path, monkeypatch):
+    import sparkcdc.pipeline.batch_sink as batch_sink
+
+    checked = []
+
+    def recording(info, commit_ts, *columns):
+        checked.extend(commit_ts.to_pylist())
+        return transactions_netting_changes(info, commit_ts, *columns)
+
+    monkeypatch.setattr(batch_sink, "transactions_netting_changes", recording)
+    # The chunk's rows as the reader gives them (commit_ts is the read's chunk number); a stream
+    # transaction before its place that netting changes (it moves the key), one after that it keeps.
+    chunk = OneChunk([RowChange(0, "db", "pk", "insert", None, (str(i), f"c{i}", "x"), i) for i in range(1, 6)],
+                     ts(2) + 1)
+    stream = [upd(1, "pk", ("1", "c1", "x"), ("9", "c1", "x"), 0), ins(1, "pk", ("7", "c7", None), 1),
+              ins(3, "pk", ("8", "c8", None), 0), ins(3, "pk", ("6", "c6", None), 1)]
+    outputs, written = {}, {}
+    for name, kind in (("rows", RowChangeSink), ("arrow", CountingSink)):
+        sink = kind(f"file://{tmp_path / name}?protocol=canal-json&date-separator=none",
+                    SinkConfig(protocol="canal-json", enable_tidb_extension=True), clock=lambda: NOW)
+        result = write_batch(batch(0, ts(3), stream), FakeIndex(), sink, lambda s, t: True, lambda ts: None,
+                             snapshot=chunk)
+        sink.close()
+        outputs[name], written[name] = files(tmp_path / name), result.rows
+    assert outputs["arrow"] == outputs["rows"] and written["arrow"] == written["rows"]
+    assert sink.arrow_rows == 2 + 5  # the chunk and the last transaction as columns; the key move the RowChange way
+    assert sink.change_rows > 0
+    assert chunk.placed_ts == [ts(2) + 1, ts(2) + 1]  # once per sink
+    assert set(checked) == {ts(1), ts(3)}  # the stream's transactions only, never the chunk's

@@ -275,9 +275,10 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updat
         sink.write_rows(planned_info, changes)
         return len(changes)
     columns = [table_rows.rows[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")]
-    rewritten = _transactions_rewritten(info, *columns, split_updates)
-    if snapshot_ts and sink.marks_snapshot_rows:
-        rewritten = pc.or_(rewritten, pc.is_in(columns[0], value_set=pa.array(sorted(snapshot_ts), pa.int64())))
+    copied = pc.is_in(columns[0], value_set=pa.array(sorted(snapshot_ts), pa.int64())) if snapshot_ts else None
+    rewritten = _transactions_rewritten(info, *columns, split_updates, copied)
+    if copied is not None and sink.marks_snapshot_rows:
+        rewritten = pc.or_(rewritten, copied)
     rewritten = rewritten.to_numpy(zero_copy_only=False)
     written = 0
     for low, high in runs_of_equal(rewritten):
@@ -299,15 +300,22 @@ _HAS_AFTER = np.array([op != "delete" for op in sorted(OP_CODES, key=OP_CODES.ge
 
 
 def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array, before: pa.Array,
-                            after: pa.Array, split_updates: bool) -> pa.Array:
+                            after: pa.Array, split_updates: bool, copied: pa.Array | None = None) -> pa.Array:
     """Per row, whether its transaction must take the RowChange path: netting or update split
-    would change it, or a row is malformed (the RowChange path reports that)."""
+    would change it, or a row is malformed (the RowChange path reports that). Rows where `copied`
+    is true are a snapshot's chunks (inserts of distinct chunk-key values at commit-ts of their
+    own): neither would change them, so they are not checked, which spares a chunk-sized
+    group-by of keys per chunk."""
     if not _well_formed(ops, before, after, len(info.columns)):
         return pa.array(np.ones(len(ops), dtype=bool))  # the checks below need well-formed images
-    changed = [transactions_netting_changes(info, commit_ts, ops, before, after)]
-    if split_updates:
-        changed.append(transactions_split_changes(info, commit_ts, ops, before, after))
-    return pc.is_in(commit_ts, value_set=pa.concat_arrays(changed))
+    checked = (commit_ts, ops, before, after)
+    if copied is not None:
+        streamed = pc.invert(copied)
+        checked = tuple(column.filter(streamed) for column in checked)
+    changed = [transactions_netting_changes(info, *checked)] if len(checked[0]) else []
+    if split_updates and len(checked[0]):
+        changed.append(transactions_split_changes(info, *checked))
+    return pc.is_in(commit_ts, value_set=pa.concat_arrays(changed) if changed else pa.array([], pa.int64()))
 
 
 def _well_formed(ops: pa.Array, before: pa.Array, after: pa.Array, width: int) -> bool:
