@@ -340,3 +340,28 @@ def test_snapshot_chunks_are_not_checked_for_netting(tmp_path, monkeypatch):
     assert sink.change_rows > 0
     assert chunk.placed_ts == [ts(2) + 1, ts(2) + 1]  # once per sink
     assert set(checked) == {ts(1), ts(3)}  # the stream's transactions only, never the chunk's
+
+
+def test_transaction_pieces_end_at_transaction_boundaries():
+    import numpy as np
+    from sparkcdc.pipeline.batch_sink import transaction_pieces
+
+    commit_ts = np.array([1, 1, 1, 2, 3, 3, 3, 3, 3, 4, 5, 5])
+    assert transaction_pieces(commit_ts, 2) == [(0, 3), (3, 4), (4, 9), (9, 10), (10, 12)]
+    assert transaction_pieces(commit_ts, 4) == [(0, 4), (4, 9), (9, 12)]
+    assert transaction_pieces(commit_ts, 100) == [(0, 12)]
+    assert transaction_pieces(np.array([], dtype=np.int64), 4) == []
+
+
+def test_a_table_written_in_pieces_is_written_as_in_one(tmp_path, monkeypatch):
+    import sparkcdc.pipeline.batch_sink as batch_sink
+
+    monkeypatch.setattr(batch_sink, "WRITE_PIECE_ROWS", 3)
+    changes = [ins(1, "pk", (str(i), f"c{i}", "x"), i) for i in range(1, 8)]  # longer than a piece
+    changes += [upd(2, "pk", ("1", "c1", "x"), ("1", "c1", "y"), 0),
+                upd(3, "pk", ("2", "c2", "x"), ("20", "c2", "x"), 0), ins(3, "pk", ("30", "c30", None), 1),  # moves a key
+                dele(4, "pk", ("3", "c3", "x"), 0), ins(4, "pk", ("40", "c40", "z"), 1),
+                ins(5, "pk", ("50", "c50", None), 0), ins(6, "uk", ("1", "1", "t"), 0)]
+    for protocol in ("canal-json", "csv"):
+        sink = write_both(tmp_path / protocol, [batch(0, ts(6), changes)], protocol, file_size=600)
+        assert sink.arrow_rows == len(changes) - 2 and sink.change_rows > 0
