@@ -351,6 +351,8 @@ def test_transaction_pieces_end_at_transaction_boundaries():
     assert transaction_pieces(commit_ts, 4) == [(0, 4), (4, 9), (9, 12)]
     assert transaction_pieces(commit_ts, 100) == [(0, 12)]
     assert transaction_pieces(np.array([], dtype=np.int64), 4) == []
+    # A snapshot's rows at one commit-ts are cut anywhere; the transactions around them are not.
+    assert transaction_pieces(commit_ts, 2, frozenset({3})) == [(0, 3), (3, 5), (5, 7), (7, 9), (9, 10), (10, 12)]
 
 
 def test_a_table_written_in_pieces_is_written_as_in_one(tmp_path, monkeypatch):

@@ -96,6 +96,20 @@ def test_chunk_goes_right_after_the_last_transaction_its_read_saw(index):
     assert table.rows["commit_ts"].to_pylist() == [201] * 3
 
 
+def test_chunks_after_the_same_transaction_stay_in_commit_order(index):
+    """Two chunks placed in the same free slot get seq that go on from one to the other, so the
+    batch writer finds the batch in (commit_ts, seq) order and copies nothing to sort it."""
+    snapshot = stage(index)
+    pend(snapshot, 300, n=3)
+    pend(snapshot, 300, n=2)
+    placements = snapshot.placements(100, 300)
+    assert [p.commit_ts for p in placements] == [201, 201]
+    merged = snapshot.merge(pa.Table.from_batches([marker_batch(100, 300)]), placements)
+    assert merged["seq"].to_pylist()[1:] == [0, 1, 2, 3, 4]
+    [table] = tables_of(merged)
+    assert table.rows["after"].to_pylist() == [["0", "x"], ["1", "x"], ["2", "x"], ["0", "x"], ["1", "x"]]
+
+
 def test_chunk_older_than_the_batch_goes_at_its_start(index):
     snapshot = stage(index)
     pend(snapshot, 400)  # the upstream was idle since 202; the stream is already past it

@@ -285,7 +285,7 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updat
     rows = table_rows.rows
     snapshot_values = pa.array(sorted(snapshot_ts), pa.int64()) if snapshot_ts else None
     written = 0
-    for first, last in transaction_pieces(rows["commit_ts"].to_numpy(), WRITE_PIECE_ROWS):
+    for first, last in transaction_pieces(rows["commit_ts"].to_numpy(), WRITE_PIECE_ROWS, snapshot_ts):
         piece = rows.slice(first, last - first)
         columns = [piece[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")]
         copied = pc.is_in(columns[0], value_set=snapshot_values) if snapshot_values is not None else None
@@ -306,20 +306,22 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updat
     return written
 
 
-def transaction_pieces(commit_ts: np.ndarray, rows: int) -> list[tuple[int, int]]:
+def transaction_pieces(commit_ts: np.ndarray, rows: int, copied: frozenset[int] = frozenset()) -> list[tuple[int, int]]:
     """[first, last) bounds cutting rows in commit_ts order into pieces of whole transactions, each
     ending at the first transaction boundary at or after `rows` rows (a longer transaction is a
-    piece of its own size)."""
+    piece of its own size). Rows at a commit-ts in `copied` are a snapshot's chunks, inserts of
+    distinct keys rather than a transaction (the chunks placed after one upstream transaction
+    share its free slot): they are cut anywhere."""
     pieces, first, count = [], 0, len(commit_ts)
     while first < count:
         last = first + rows
-        if last < count:
+        if last >= count:
+            last = count
+        elif int(commit_ts[last]) not in copied:
             # The start of the transaction holding row `last`, or its end when it began at `first`.
             last = int(np.searchsorted(commit_ts, commit_ts[last], side="left"))
             if last <= first:
                 last = int(np.searchsorted(commit_ts, commit_ts[first], side="right"))
-        else:
-            last = count
         pieces.append((first, last))
         first = last
     return pieces
