@@ -241,6 +241,49 @@ def test_changefeeds_are_assigned_failed_over_drained_and_fenced(client):
             member.close()
 
 
+class CheckpointingRunner(FakeRunner):
+    """A runner whose stop writes one last checkpoint through the member's fence, as the batch in
+    flight does when a changefeed stops at rest; records whether etcd took it."""
+
+    def __init__(self, client):
+        super().__init__()
+        self.client, self.member, self.last_write = client, None, {}
+
+    def stop(self, namespace, changefeed_id):
+        try:
+            self.last_write[changefeed_id] = self.client.txn(self.member.fence_for(namespace, changefeed_id), [])[0]
+        except ErrCaptureFenced:
+            self.last_write[changefeed_id] = False
+        super().stop(namespace, changefeed_id)
+
+
+def test_a_changefeed_leaving_a_capture_writes_its_last_checkpoint(client):
+    """The batch in flight finishes while a changefeed stops: on a drain and on a capture's
+    shutdown its checkpoint must still pass the fence, or the next capture replays it."""
+    members, runners = {}, {}
+    for name in ("a", "b"):
+        runners[name] = CheckpointingRunner(client)
+        members[name] = ClusterMember(client, EtcdMetaStore(client), name,
+                                      lambda name=name: capture_info_document(name, f"{name}:8300", "", "t"),
+                                      session_ttl=3, tick=0.2)
+        runners[name].member = members[name]
+        members[name].open(runners[name])
+    try:
+        wait_until(lambda: len(members["a"].captures()) == 2, 5, "two captures")
+        EtcdMetaStore(client).create_changefeed(make_info("f1"), ChangefeedStatus(1, 1))
+        wait_until(lambda: runners["a"].running() or runners["b"].running(), 10, "f1 to start")
+        first = "a" if runners["a"].running() else "b"
+        other = "b" if first == "a" else "a"
+        assert members[first].drain(first) == 1
+        wait_until(lambda: runners[other].running(), 10, "the drain to move f1")
+        assert runners[first].last_write == {"f1": True}
+        members[other].close()
+        assert runners[other].last_write == {"f1": True}
+    finally:
+        for member in members.values():
+            member.close()
+
+
 def test_checkpoint_gtid_decides_across_a_failover(client):
     """After a failover positions are another server's (mysql-bin.000001 again); the GTID state
     orders checkpoints, so none moves back (docs/failover.md)."""

@@ -161,19 +161,24 @@ class ClusterMember:
 
     # -- processor -------------------------------------------------------------------------------
     def _stop_all_local(self) -> None:
-        with self._held_lock:
-            self._held.clear()
         if self._runner is not None:
             for namespace, changefeed_id in self._runner.running():
                 self._stop_local(namespace, changefeed_id)
+        with self._held_lock:
+            self._held.clear()
 
     def _stop_local(self, namespace: str, changefeed_id: str) -> None:
-        with self._held_lock:
-            self._held.pop((namespace, changefeed_id), None)
+        """Stop a changefeed here. It is let go only once stopped: the batch in flight finishes
+        during the stop, and its checkpoint must still pass the fence, or the capture that takes
+        over replays a batch already downstream (rows of a table without a key twice). A capture
+        that lost its session or the assignment is fenced by etcd's compares all the same."""
         try:
             self._runner.stop(namespace, changefeed_id)
         except Exception:
             log.exception("stopping changefeed %s/%s failed", namespace, changefeed_id)
+        finally:
+            with self._held_lock:
+                self._held.pop((namespace, changefeed_id), None)
 
     def _processor_loop(self) -> None:
         if self.session is None or self.session.lost:
@@ -193,6 +198,10 @@ class ClusterMember:
             assignment = mine.get(key)
             with self._held_lock:
                 held = self._held.get(key)
+                if assignment is not None and assignment.state == STOPPING and held is not None:
+                    # Moved away (a drain): the assignment stays this capture's until it deletes it
+                    # below, so the last batch's checkpoint may still be written under it.
+                    held = self._held[key] = _Held(assignment.mod_revision)
             if assignment is None or assignment.state != REPLICATING or held is None \
                     or held.assignment_revision != assignment.mod_revision:
                 log.info("capture %s: changefeed %s/%s is no longer assigned here; stopping it", self.capture_id, *key)
