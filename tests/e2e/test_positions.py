@@ -161,11 +161,15 @@ class Writer:
         self.workload._exec(f"CREATE TABLE `{self.workload.database}`.ledger (n INT NOT NULL, note VARCHAR(8))")
 
 
-def copy_progress(server: ServerProcess, table: str) -> str:
-    """The state of the `copy` changefeed's snapshot of `table` (pending, copying, done)."""
+def copy_states(server: ServerProcess) -> dict[str, str]:
+    """The state of each table of the `copy` changefeed's snapshot (pending, copying, done)."""
     status = json.loads(server.cli("changefeed", "query", "-c", "copy").stdout)
     tables = (status.get("snapshot") or {}).get("tables", [])  # none before the copy's bootstrap
-    return next((t["state"] for t in tables if t["table"] == f"{SNAPSHOT_DB}.{table}"), "")
+    return {t["table"]: t["state"] for t in tables}
+
+
+def copy_progress(server: ServerProcess, table: str) -> str:
+    return copy_states(server).get(f"{SNAPSHOT_DB}.{table}", "")
 
 
 def ledger_counts(conn, database: str = FAILOVER_DB) -> dict[int, int]:
@@ -250,7 +254,10 @@ def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstrea
         wait_until(lambda: b"FAILPOINT pause-inside-transaction: pausing" in open(log_path, "rb").read(), 240,
                    "the MySQL changefeed to stop inside the large transaction")
         time.sleep(1)
-        assert copy_progress(server, "zbulk") != "done", "the copy ended before the failover: nothing was tested"
+        # A table done here is not read again; one copying may be (its chunks read on the old
+        # primary but not yet in the stream are read again on the new one).
+        done_at_kill = {table for table, state in copy_states(server).items() if state == "done"}
+        assert f"{SNAPSHOT_DB}.zbulk" not in done_at_kill, "the copy ended before the failover: nothing was tested"
         log_at_kill = os.path.getsize(log_path)
         old.kill()  # kill -9 mid-workload, with the MySQL changefeed half way through the transaction
         writer.stop()
@@ -275,7 +282,8 @@ def test_changefeeds_follow_a_failover_to_a_promoted_replica(topology, downstrea
         assert copy_counts == ledger_counts(new.connect(), SNAPSHOT_DB) and set(copy_counts.values()) == {1}
         read_after = re.findall(rb"snapshot of default/copy reads (.*)", open(log_path, "rb").read()[log_at_kill:])
         tables_read_after = {name.split(b"#")[0].decode() for line in read_after for name in line.split(b", ")}
-        assert tables_read_after == {f"{SNAPSHOT_DB}.zbulk"}, f"done chunks read again: {tables_read_after}"
+        assert f"{SNAPSHOT_DB}.zbulk" in tables_read_after, tables_read_after
+        assert not tables_read_after & done_at_kill, f"done tables read again: {tables_read_after & done_at_kill}"
 
         tables = TABLES + ["bulk"]
         wait_tables_equal(new.connect(), downstream.connect(), FAILOVER_DB, tables, timeout=300)

@@ -162,10 +162,16 @@ class Backfill:
             cur.execute("SHOW BINARY LOGS")
             files = [row[0] for row in cur.fetchall()]
         wanted_seconds = tso.physical_ms(ts) // 1000
-        for name in reversed(files):
-            first = self._first_event_time(server, BinlogPosition(name, 4))
-            if first is not None and first <= wanted_seconds:
-                return BinlogPosition(name, 4)
+        # A TSO before the oldest file's first transaction needs no look at the others (each look
+        # is a replication connection).
+        oldest_first = self._first_event_time(server, BinlogPosition(files[0], 4)) if files else None
+        if oldest_first is None or oldest_first <= wanted_seconds:
+            for name in reversed(files[1:]):
+                first = self._first_event_time(server, BinlogPosition(name, 4))
+                if first is not None and first <= wanted_seconds:
+                    return BinlogPosition(name, 4)
+            if oldest_first is not None:
+                return BinlogPosition(files[0], 4)
         if files and not oldest_binlog(conn)[1]:
             return BinlogPosition(files[0], 4)
         raise binlog_purged_error(server, None, doing, f"its oldest binlog {files[0] if files else '?'} begins after "
