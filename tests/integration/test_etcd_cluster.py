@@ -5,6 +5,7 @@ capture that lost its lease or its assignment are refused."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 import time
 
 import pytest
@@ -258,8 +259,9 @@ class CheckpointingRunner(FakeRunner):
 
 
 def test_a_changefeed_leaving_a_capture_writes_its_last_checkpoint(client):
-    """The batch in flight finishes while a changefeed stops: on a drain and on a capture's
-    shutdown its checkpoint must still pass the fence, or the next capture replays it."""
+    """The batch in flight finishes while a changefeed stops: on a drain, a pause asked of another
+    capture and a capture's shutdown its checkpoint must still pass the fence, or the next capture
+    (or the resume) replays it."""
     members, runners = {}, {}
     for name in ("a", "b"):
         runners[name] = CheckpointingRunner(client)
@@ -277,8 +279,17 @@ def test_a_changefeed_leaving_a_capture_writes_its_last_checkpoint(client):
         assert members[first].drain(first) == 1
         wait_until(lambda: runners[other].running(), 10, "the drain to move f1")
         assert runners[first].last_write == {"f1": True}
-        members[other].close()
+        store = EtcdMetaStore(client)
+        store.update_changefeed(replace(store.get_changefeed("default", "f1"), state="stopped"))  # paused
+        wait_until(lambda: not runners[other].running(), 10, "the pause to stop f1")
         assert runners[other].last_write == {"f1": True}
+        wait_until(lambda: not members[other].assignments(), 10, "the capture to let go of f1")
+        store.update_changefeed(replace(store.get_changefeed("default", "f1"), state="normal"))  # resumed
+        wait_until(lambda: runners["a"].running() or runners["b"].running(), 10, "f1 to start again")
+        last = "a" if runners["a"].running() else "b"
+        runners[last].last_write.clear()
+        members[last].close()
+        assert runners[last].last_write == {"f1": True}
     finally:
         for member in members.values():
             member.close()

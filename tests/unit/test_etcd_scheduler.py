@@ -18,10 +18,14 @@ def test_a_dead_captures_changefeed_is_unassigned_and_reassigned_in_one_pass():
     assert actions == [Action("unassign", "default", "f1", "a", 9), Action("assign", "default", "f1", "b")]
 
 
-def test_stopped_or_removed_changefeeds_lose_their_assignment():
+def test_removed_changefeeds_lose_their_assignment_and_paused_ones_are_stopped_first():
     assignments = {("default", "f1"): Assignment("a", mod_revision=3), ("default", "gone"): Assignment("a", mod_revision=4)}
     actions = plan([CaptureView("a")], [feed("f1", state="stopped")], assignments)
-    assert actions == [Action("unassign", "default", "f1", "a", 3), Action("unassign", "default", "gone", "a", 4)]
+    assert actions == [Action("stop", "default", "f1", "a", 3), Action("unassign", "default", "gone", "a", 4)]
+    # Stopping: left to the capture, which deletes it once stopped; on a dead capture deleted.
+    assert plan([CaptureView("a")], [feed("f1", state="stopped")], {("default", "f1"): Assignment("a", STOPPING, 5)}) == []
+    assert plan([CaptureView("b")], [feed("f1", state="stopped")], {("default", "f1"): Assignment("a", STOPPING, 5)}) \
+        == [Action("unassign", "default", "f1", "a", 5)]
 
 
 def test_drain_stops_first_and_assigns_elsewhere_only_after_the_capture_let_go():

@@ -4,7 +4,8 @@ Whole changefeeds are the unit (TiCDC schedules table spans; one capture runs al
 changefeed's tables here, since each capture tails the whole binlog anyway). A move is two
 steps, like TiCDC's Replicating -> Removing -> Absent -> Prepare: the owner marks the assignment
 `stopping`, the capture stops and deletes it, and only then is the changefeed assigned again,
-so two captures never run it at once on purpose.
+so two captures never run it at once on purpose. A paused changefeed leaves its capture the same
+way; only a removed changefeed's or a dead capture's assignment is deleted by the owner.
 """
 
 from __future__ import annotations
@@ -79,8 +80,15 @@ def plan(captures: list[CaptureView], changefeeds: list[ChangefeedView],
     for key, assignment in sorted(assignments.items()):
         feed = feeds.get(key)
         capture = alive.get(assignment.capture_id)
-        if feed is None or feed.state not in RUNNABLE_STATES or capture is None:
+        if feed is None or capture is None:
             actions.append(Action("unassign", *key, assignment.capture_id, assignment.mod_revision))
+            continue
+        if feed.state not in RUNNABLE_STATES:
+            # Paused (or failed, finished) on a live capture: stopped in two steps like a move, so
+            # the batch in flight writes its checkpoint under the assignment before the capture
+            # deletes it; deleted at once, the resume would replay that batch.
+            if assignment.state == REPLICATING:
+                actions.append(Action("stop", *key, capture.id, assignment.mod_revision))
             continue
         placed[key] = assignment
         load[capture.id] += 1
