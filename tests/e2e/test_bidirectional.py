@@ -282,6 +282,11 @@ def run_writers(topology: Topology, database: str, steps: int, during=None, ddl:
     try:
         if during is not None:
             during()
+        if ddl is not None:
+            # B writes on until the primary's column has reached it, however long a loaded
+            # machine takes to replicate the DDL (its own steps may all be done before that).
+            wait_until(lambda: writer_b.tagged or not writer_b.is_alive(), CONVERGE_SECONDS,
+                       "B to see the primary's DDL", interval=0.5)
     finally:
         stop.set()
         for writer in writers:
