@@ -51,6 +51,23 @@ def test_the_archive_name_follows_the_jdk(tmp_path):
     assert class_archive.archive_path(environ) != first
 
 
+def test_the_archive_name_follows_sparks_jars(tmp_path):
+    """The JVM refuses an archive whose class-path jars changed since (a virtualenv made again at
+    the same path): such jars get another name, so setup makes a new archive."""
+    java_home = tmp_path / "jdk"
+    (java_home / "bin").mkdir(parents=True)
+    (java_home / "bin" / "java").write_text("#!/bin/sh\n")
+    spark_home = tmp_path / "pyspark"
+    (spark_home / "jars").mkdir(parents=True)
+    jar = spark_home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"PK")
+    environ = {"JAVA_HOME": str(java_home), "SPARKCDC_CACHE_DIR": str(tmp_path / "cache")}
+    first = class_archive.archive_path(environ, str(spark_home))
+    assert class_archive.archive_path(environ, str(spark_home)) == first
+    os.utime(jar, ns=(1, 1))  # reinstalled: same name and size, another time
+    assert class_archive.archive_path(environ, str(spark_home)) != first
+
+
 def test_no_java_no_archive(tmp_path):
     assert class_archive.archive_path({"JAVA_HOME": str(tmp_path / "none")}) is None
 

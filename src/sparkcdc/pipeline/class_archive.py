@@ -7,8 +7,9 @@ them (docs/benchmarks.md has the gain). `python -m sparkcdc.pipeline.class_archi
 running the capture's warm-up query (pipeline/warmup.py); scripts/setup.sh runs it and the capture
 uses the archive when it exists.
 
-An archive is only ever an optimisation. Its name carries the JDK and the Spark it was made for,
-so an upgrade leaves it unused rather than wrong; and a JVM that finds an archive it cannot use
+An archive is only ever an optimisation. Its name carries the JDK and the Spark it was made for
+(down to its jars' sizes and times, which the JVM checks: a virtualenv made again at the same
+path gets a new archive), so an upgrade leaves it unused rather than wrong; and a JVM that finds an archive it cannot use
 (another class path, a damaged file) runs without it.
 """
 
@@ -38,8 +39,24 @@ def _java_executable(environ: Mapping[str, str]) -> Optional[str]:
     return shutil.which("java", path=environ.get("PATH"))
 
 
-def archive_path(environ: Mapping[str, str] = os.environ) -> Optional[str]:
-    """Where the archive for this JDK and this pyspark lives; None without a `java`."""
+def _jars_signature(spark_home: str) -> str:
+    """Name, size and modification time of every jar Spark's JVM puts on its class path: the JVM
+    refuses an archive when one of them changed (a reinstalled pyspark at the same path)."""
+    jars = os.path.join(spark_home, "jars")
+    try:
+        names = sorted(name for name in os.listdir(jars) if name.endswith(".jar"))
+    except OSError:
+        return ""
+    entries = []
+    for name in names:
+        stat = os.stat(os.path.join(jars, name))
+        entries.append(f"{name}:{stat.st_size}:{stat.st_mtime_ns}")
+    return ",".join(entries)
+
+
+def archive_path(environ: Mapping[str, str] = os.environ, spark_home: Optional[str] = None) -> Optional[str]:
+    """Where the archive for this JDK and this pyspark (`spark_home`, by default pyspark's
+    directory) lives; None without a `java`."""
     import pyspark
 
     java = _java_executable(environ)
@@ -47,8 +64,9 @@ def archive_path(environ: Mapping[str, str] = os.environ) -> Optional[str]:
         return None
     java = os.path.realpath(java)
     jvm_stat = os.stat(java)
-    spark_home = os.path.realpath(os.path.dirname(pyspark.__file__))
-    key = "\n".join([java, str(jvm_stat.st_mtime_ns), str(jvm_stat.st_size), spark_home, pyspark.__version__])
+    spark_home = os.path.realpath(spark_home or os.path.dirname(pyspark.__file__))
+    key = "\n".join([java, str(jvm_stat.st_mtime_ns), str(jvm_stat.st_size), spark_home, pyspark.__version__,
+                     _jars_signature(spark_home)])
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return os.path.join(cache_dir(environ), f"spark-{pyspark.__version__}-{digest}.jsa")
 
