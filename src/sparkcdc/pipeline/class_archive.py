@@ -9,8 +9,8 @@ uses the archive when it exists.
 
 An archive is only ever an optimisation. Its name carries the JDK and the Spark it was made for
 (down to its jars' sizes and times, which the JVM checks: a virtualenv made again at the same
-path gets a new archive), so an upgrade leaves it unused rather than wrong; and a JVM that finds an archive it cannot use
-(another class path, a damaged file) runs without it.
+path gets a new archive), so an upgrade leaves it unused rather than wrong; and a JVM that finds
+an archive it cannot use (another class path, a damaged file) runs without it.
 """
 
 from __future__ import annotations
