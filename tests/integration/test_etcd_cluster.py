@@ -5,8 +5,8 @@ capture that lost its lease or its assignment are refused."""
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 import time
+from dataclasses import replace
 
 import pytest
 
