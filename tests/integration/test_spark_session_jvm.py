@@ -1,7 +1,9 @@
 """The capture's Spark driver JVM really runs with sparkcdc's options (spark.driver.extraJavaOptions
 reaches the JVM that bin/spark-submit starts in local mode), a user's --spark-conf goes over them,
-its Python workers and the driver share Arrow's allocator, and a class archive the JVM cannot use (damaged, or made for another JDK) does not stop it. In a
-child process: a process's first SparkSession fixes its JVM's options for every later one."""
+its Python workers and the driver share Arrow's allocator, a class archive the JVM cannot use
+(damaged, or made for another JDK) does not stop it, and Spark never starts its lookup of installed
+Python data sources while a source registered by class still reads. In a child process: a
+process's first SparkSession fixes its JVM's options for every later one."""
 
 from __future__ import annotations
 
@@ -28,8 +30,32 @@ def worker_pool(batches):
 
 import pyarrow as pa
 worker = spark.range(1).mapInArrow(worker_pool, "pool string").collect()[0].pool
+
+from pyspark.sql.datasource import DataSource, DataSourceReader
+
+class Reader(DataSourceReader):
+    def read(self, partition):
+        yield (7,)
+
+class Source(DataSource):
+    @classmethod
+    def name(cls):
+        return "sparkcdc_test_source"
+
+    def schema(self):
+        return "n int"
+
+    def reader(self, schema):
+        return Reader()
+
+spark.dataSource.register(Source)
+read = [row.n for row in spark.read.format("sparkcdc_test_source").load().collect()]
+import subprocess
+jvm_pid = str(jvm.java.lang.ProcessHandle.current().pid())
+children = subprocess.run(["ps", "-ww", "-o", "args=", "--ppid", jvm_pid], capture_output=True, text=True).stdout
 print(json.dumps({"arguments": arguments, "rows": rows, "partitions": spark.conf.get("spark.sql.shuffle.partitions"),
-                  "pools": [pa.default_memory_pool().backend_name, worker]}))
+                  "pools": [pa.default_memory_pool().backend_name, worker], "read": read,
+                  "children": children.splitlines()}))
 spark.stop()
 """
 
@@ -49,3 +75,7 @@ def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tm
     assert result["rows"] == 5  # the JVM ran Spark work without the archive it could not map
     assert result["partitions"] == "3"  # --spark-conf goes over sparkcdc's own settings
     assert result["pools"] == [ARROW_MEMORY_POOL] * 2  # the driver's Arrow allocator and its workers
+    assert result["read"] == [7]  # a data source registered by class is found and read
+    children = result["children"]
+    assert any("pyspark.daemon" in child for child in children), children  # the workers' daemons are seen
+    assert not any("lookup_data_sources" in child for child in children), children

@@ -13,6 +13,7 @@ _JAVA_OPTIONS or JDK_JAVA_OPTIONS.
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -41,6 +42,8 @@ DRIVER_JAVA_OPTIONS: tuple[str, ...] = ("-XX:+UseSerialGC", "-XX:TieredStopAtLev
 ARROW_MEMORY_POOL = "system"
 _ENVIRONMENT_JAVA_OPTIONS = ("JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS")
 _GARBAGE_COLLECTORS = {"UseSerialGC", "UseParallelGC", "UseG1GC", "UseZGC", "UseShenandoahGC", "UseEpsilonGC"}
+
+log = logging.getLogger(__name__)
 
 
 def _setting(option: str) -> str:
@@ -90,6 +93,30 @@ def use_arrow_memory_pool(environ=os.environ) -> str:
     return name
 
 
+def skip_data_source_lookup(spark) -> bool:
+    """Tells the driver JVM's DataSourceManager that it has already looked for installed Python
+    data sources, so Spark never starts the Python daemon and worker that look (PySpark modules
+    named `pyspark_*` on the path; the capture registers its own sources by class). That lookup
+    ran at the first `dataSource.register` and cost ~2 s of the session's start and ~100 MiB of
+    RSS (a daemon and a worker that stay for the JVM's life; bench/README.md). Spark 4.3 keeps the
+    answer in `DataSourceManager.dataSourceBuilders`, set once per JVM; this sets it to no
+    sources when nothing has yet. False (and Spark looks as before) if this Spark has no such
+    field or the session has no JVM here (Spark Connect)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return False
+    try:
+        manager = getattr(getattr(jvm.org.apache.spark.sql.execution.datasources, "DataSourceManager$"), "MODULE$")
+        if not manager.dataSourceBuilders().isEmpty():
+            return False
+        no_sources = jvm.org.apache.spark.api.python.PythonUtils.toScalaMap(jvm.java.util.HashMap())
+        getattr(manager, "dataSourceBuilders_$eq")(jvm.scala.Some(no_sources))
+    except Exception as exc:  # Py4JError: another Spark's internals; the lookup runs as before
+        log.info("Spark looks for installed Python data sources (%s)", str(exc).splitlines()[0] if str(exc) else exc)
+        return False
+    return True
+
+
 def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
                        spark_conf: Optional[Mapping[str, str]] = None, class_archive: Optional[str] = None):
     """A SparkSession whose Python workers run this interpreter (see components.md); `spark_conf`
@@ -130,6 +157,7 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    skip_data_source_lookup(spark)
     spark.dataSource.register(BinlogDataSource)
     # Batch reads of planned partitions: the snapshot's chunk reads (pipeline/snapshot.py).
     spark.dataSource.register(PlannedBinlogSource)
