@@ -98,7 +98,7 @@ def skip_data_source_lookup(spark) -> bool:
     data sources, so Spark never starts the Python daemon and worker that look (PySpark modules
     named `pyspark_*` on the path; the capture registers its own sources by class). That lookup
     ran at the first `dataSource.register` and cost ~2 s of the session's start and ~100 MiB of
-    RSS (a daemon and a worker that stay for the JVM's life; bench/README.md). Spark 4.3 keeps the
+    RSS (a daemon and a worker that stay for the JVM's life; docs/benchmarks.md). Spark 4.3 keeps the
     answer in `DataSourceManager.dataSourceBuilders`, set once per JVM; this sets it to no
     sources when nothing has yet. False (and Spark looks as before) if this Spark has no such
     field or the session has no JVM here (Spark Connect)."""
