@@ -50,7 +50,7 @@ def test_unknown_toml_key_names_the_key(server, tmp_path):
 
 def test_server_still_replicates_after_bad_requests(server, mariadb, tmp_path):
     root = tmp_path / "out"
-    server.cli("changefeed", "create", "-c", "good", "--sink-uri", f"file://{root}?protocol=csv")
+    server.cli("changefeed", "create", "-c", "good", "--no-confirm", "--sink-uri", f"file://{root}?protocol=csv")
     info = server.api("GET", "/api/v2/changefeeds/good")
     assert info["state"] == "normal"
     assert "password" not in info["sink_uri"]
@@ -128,13 +128,14 @@ def test_start_ts_takes_a_gtid_or_binlog_position_and_refuses_the_future(server,
     sink = f"file://{tmp_path}/out?protocol=csv"
     deadline = time.monotonic() + 120
     while True:  # the puller indexes the transaction within a second or so
-        result = create(server, "-c", "from-gtid", "--sink-uri", sink, "--start-ts", gtid)
+        result = create(server, "-c", "from-gtid", "--no-confirm", "--sink-uri", sink, "--start-ts", gtid)
         if result.returncode == 0 or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert result.returncode == 0, result.stderr
     start_ts = server.api("GET", "/api/v2/changefeeds/from-gtid")["start_ts"]
-    result = create(server, "-c", "from-pos", "--sink-uri", sink, "--start-ts", f"{binlog_file}:{binlog_pos}")
+    result = create(server, "-c", "from-pos", "--no-confirm", "--sink-uri", sink,
+                    "--start-ts", f"{binlog_file}:{binlog_pos}")
     assert result.returncode == 0, result.stderr
     assert server.api("GET", "/api/v2/changefeeds/from-pos")["start_ts"] == start_ts > 0
 
@@ -144,7 +145,7 @@ def test_start_ts_takes_a_gtid_or_binlog_position_and_refuses_the_future(server,
     assert server.checkpoint("from-gtid") == start_ts
 
     hour_ahead = tso.compose(int(time.time() * 1000) + 3_600_000)
-    result = create(server, "-c", "from-future", "--sink-uri", sink, "--start-ts", str(hour_ahead))
+    result = create(server, "-c", "from-future", "--no-confirm", "--sink-uri", sink, "--start-ts", str(hour_ahead))
     assert result.returncode == 1 and "ErrStartTsInvalid" in result.stderr
     assert "larger than the current TSO" in result.stderr
     assert "from-future" not in json.dumps(server.api("GET", "/api/v2/changefeeds?state=all"))

@@ -86,7 +86,7 @@ class ServerProcess:
     def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(
             [sys.executable, "-m", "sparkcdc.cli.main", "cli", *args, "--server", self.url],
-            capture_output=True, text=True, timeout=180,
+            capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL,  # a prompt is answered "no"
         )
         if check and result.returncode != 0:
             raise RuntimeError(f"sparkcdc cli {' '.join(args)} failed: {result.stderr}{result.stdout}")
