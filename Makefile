@@ -15,7 +15,7 @@ demo: setup
 # -rfE lists every failure's reason at the end; --maxfail ends a run whose failures cascade (a
 # broken machine, a dead shared server) while there is time to print them.
 test: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist loadfile --no-loadscope-reorder --durations=15 -rfE --maxfail=25 tests
+	$(VENV)/bin/pytest -q -p no:cacheprovider --durations=15 -rfE --maxfail=25 tests
 
 unit: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider tests/unit

@@ -1,5 +1,4 @@
-"""Shared fixtures: real MariaDB servers (one per session, plus extra ones on demand), and the two
-lanes `make test` runs in (`pytest -n 2 --dist loadfile`, see `pytest_xdist_make_scheduler`)."""
+"""Shared fixtures: real MariaDB servers (one per session, plus extra ones on demand)."""
 
 from __future__ import annotations
 
@@ -9,36 +8,6 @@ import os
 import pytest
 
 from sparkcdc.testing.mariadb import MariaDBServer
-
-E2E_LANE = "e2e"
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config, log):
-    """`make test` runs `pytest -n 2 --dist loadfile` in two lanes: one worker runs every e2e test,
-    one after another in their usual order, while the other runs the unit and integration modules.
-    Two e2e tests side by side (each a server with its Spark JVM, some with four) overload a 2-core
-    machine until their waits time out; an integration test beside one does not. Each module stays
-    on one worker, so its module-scoped servers start once. Each worker has its own session
-    fixtures (its own MariaDB), so the e2e lane's upstream sees what it sees in a serial run.
-    (xdist's own `--dist loadgroup` cannot express this on pytest 9.2: it renames node ids.)"""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class TwoLanes(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = nodeid.split("::", 1)[0]
-            return E2E_LANE if path.startswith("tests/e2e/") else path
-
-    return TwoLanes(config, log)
-
-
-def pytest_collection_modifyitems(config, items):
-    # On an xdist worker: with --no-loadscope-reorder the scheduler hands out lanes in the order
-    # they first appear, so the longest (e2e) starts first.
-    if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: item.path.parent.name != "e2e")
 
 
 @pytest.fixture(scope="session")
