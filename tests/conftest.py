@@ -1,4 +1,5 @@
-"""Shared fixtures: real MariaDB servers (one per session, plus extra ones on demand)."""
+"""Shared fixtures: real MariaDB servers (one per session, plus extra ones on demand), one Kafka
+broker and one schema registry for the session (each test uses its own topics)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import os
 
 import pytest
 
+from sparkcdc.testing.kafka import KafkaBroker
 from sparkcdc.testing.mariadb import MariaDBServer
+from sparkcdc.testing.schema_registry import SchemaRegistry
 
 
 @pytest.fixture(scope="session")
@@ -15,6 +18,23 @@ def mariadb(tmp_path_factory) -> MariaDBServer:
     """One binlog-enabled MariaDB for the whole session."""
     server = MariaDBServer(str(tmp_path_factory.mktemp("mariadb")))
     server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory) -> KafkaBroker:
+    """One KRaft broker for the session: a start costs ~10 s of a JVM. A test that stops or
+    restarts its broker, or needs SASL, starts one of its own."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory) -> SchemaRegistry:
+    """One Confluent-compatible schema registry for the session (subjects follow the topics)."""
+    server = SchemaRegistry(tmp_path_factory.mktemp("registry")).start()
     yield server
     server.stop()
 

@@ -14,8 +14,7 @@ import pytest
 
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 from sparkcdc.testing.compare import read_upstream_table, wait_for_row, wait_tables_equal
-from sparkcdc.testing.kafka import ConsumerThread, KafkaBroker
-from sparkcdc.testing.schema_registry import SchemaRegistry
+from sparkcdc.testing.kafka import ConsumerThread
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.testing.workload import Workload
 
@@ -27,9 +26,8 @@ TABLES = ["customers", "orders", "items", "finish_mark", "swap"]
 PROTOCOLS = ["canal-json", "open-protocol", "avro", "simple"]
 
 
-def test_every_protocol_over_kafka_rebuilds_mysql(mariadb, mariadb_factory, tmp_path):
-    broker = KafkaBroker(tmp_path / "kafka").start()
-    registry = SchemaRegistry(tmp_path / "registry").start()
+def test_every_protocol_over_kafka_rebuilds_mysql(mariadb, mariadb_factory, kafka, registry, tmp_path):
+    broker = kafka
     downstream_db = mariadb_factory()
     down_uri = f"mysql://root@127.0.0.1:{downstream_db.port}/?worker-count=2"
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
@@ -88,5 +86,3 @@ def test_every_protocol_over_kafka_rebuilds_mysql(mariadb, mariadb_factory, tmp_
         for consumer in consumers.values():
             consumer.stop()
         server.stop()
-        broker.stop()
-        registry.stop()

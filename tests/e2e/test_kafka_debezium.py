@@ -26,7 +26,6 @@ import pytest
 
 from sparkcdc.sink.codec.debezium import decode_value
 from sparkcdc.testing.compare import Rows, diff_tables, read_upstream_table
-from sparkcdc.testing.kafka import KafkaBroker
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.upstream.schema_reader import read_table_info
 
@@ -177,8 +176,8 @@ def read_precise_money(bootstrap: str, want: int, timeout: float = 180.0) -> dic
     return got
 
 
-def test_debezium_envelopes_rebuild_the_tables(mariadb, tmp_path):
-    broker = KafkaBroker(tmp_path / "kafka").start()
+def test_debezium_envelopes_rebuild_the_tables(mariadb, kafka, tmp_path):
+    broker = kafka
     sink_uri = f"kafka://{broker.bootstrap}/{TOPIC}?protocol=debezium&partition-num=3"
     config = tmp_path / "cf.toml"
     config.write_text(f'[filter]\nrules = ["{DATABASE}.*"]\n'
@@ -235,5 +234,4 @@ def test_debezium_envelopes_rebuild_the_tables(mariadb, tmp_path):
         if rebuilder is not None:
             rebuilder.close()
         server.stop()
-        broker.stop()
         up.close()

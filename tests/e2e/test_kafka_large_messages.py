@@ -10,7 +10,7 @@ import pytest
 from sparkcdc.config.replica import parse_replica_config
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 from sparkcdc.testing.compare import read_upstream_table, wait_for_row, wait_tables_equal
-from sparkcdc.testing.kafka import ConsumerThread, KafkaBroker
+from sparkcdc.testing.kafka import ConsumerThread
 from sparkcdc.testing.server_process import ServerProcess
 from sparkcdc.upstream.row_lookup import UpstreamRowReader
 
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.e2e
 CASES = [("canal-json", "handle-key-only"), ("open-protocol", "claim-check")]
 
 
-def test_rows_over_max_message_bytes_replicate(mariadb, mariadb_factory, tmp_path):
+def test_rows_over_max_message_bytes_replicate(mariadb, mariadb_factory, kafka, tmp_path):
     """Both cases at once on one broker and server: a changefeed, database and consumer each."""
-    broker = KafkaBroker(tmp_path / "kafka").start()
+    broker = kafka
     downstream_db = mariadb_factory()
     server = ServerProcess(str(tmp_path / "cdc"), mariadb.uri).start()
     upstream_rows = UpstreamRowReader(mariadb.connect)
@@ -78,4 +78,3 @@ def test_rows_over_max_message_bytes_replicate(mariadb, mariadb_factory, tmp_pat
             consumer.stop()
         upstream_rows.close()
         server.stop()
-        broker.stop()

@@ -22,7 +22,7 @@ import pytest
 from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 from sparkcdc.testing.alltypes import COLUMNS, create_alltypes
 from sparkcdc.testing.compare import read_upstream_table, wait_for_row, wait_tables_equal
-from sparkcdc.testing.kafka import ConsumerThread, KafkaBroker
+from sparkcdc.testing.kafka import ConsumerThread
 from sparkcdc.testing.server_process import ServerProcess, run_sparkcdc
 
 pytestmark = pytest.mark.e2e
@@ -127,13 +127,13 @@ def snapshot_progress(server, changefeed: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def copied(mariadb, mariadb_factory_module, tmp_path_factory):
+def copied(mariadb, mariadb_factory_module, kafka, tmp_path_factory):
     """Create the upstream, three changefeeds copying it while the writer runs, an ADD COLUMN
     during the copy; yields once all three copies are done and a finish mark is written."""
     base = tmp_path_factory.mktemp("snapshot")
     up = mariadb.connect()
     create_upstream(up)
-    broker = KafkaBroker(base / "kafka").start()
+    broker = kafka
     downstreams = {name: mariadb_factory_module() for name in ("mysql", "storage", "kafka")}
     server = ServerProcess(str(base / "cdc"), mariadb.uri).start()
     config = base / "cf.toml"
@@ -174,7 +174,6 @@ def copied(mariadb, mariadb_factory_module, tmp_path_factory):
         if consumer is not None:
             consumer.stop()
         server.stop()
-        broker.stop()
 
 
 def assert_equal(up, down, keyless: bool = True) -> None:

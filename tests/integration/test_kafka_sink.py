@@ -10,7 +10,7 @@ import pytest
 from sparkcdc.config.replica import ReplicaConfig, parse_replica_config
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.sink.kafka.sink import KafkaSink
-from sparkcdc.testing.kafka import RecordingDownstream, consume_until, read_topic
+from sparkcdc.testing.kafka import KafkaBroker, RecordingDownstream, consume_until, read_topic
 
 pytestmark = pytest.mark.integration
 
@@ -21,8 +21,12 @@ TABLE = TableInfo("db", "t", 1, (
 ), 1, ("id",))
 
 
-
-
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    """This module's own broker: its tests stop and restart it (the session's broker is shared)."""
+    broker = KafkaBroker(tmp_path_factory.mktemp("kafka")).start()
+    yield broker
+    broker.stop()
 
 
 def rows(ts, ids, op="insert"):
