@@ -138,7 +138,7 @@ def copied(mariadb, mariadb_factory_module, kafka, tmp_path_factory):
     server = ServerProcess(str(base / "cdc"), mariadb.uri).start()
     config = base / "cf.toml"
     config.write_text(f'force-replicate = true\n[filter]\nrules = ["{DATABASE}.*"]\n'
-                      f'[snapshot]\nmode = "initial"\nchunk-size = {max(500, BIG_ROWS // 20)}\nparallelism = 1\n')
+                      f'[snapshot]\nmode = "initial"\nchunk-size = {max(500, BIG_ROWS // 20)}\nparallelism = 4\n')
     storage_root = str(base / "files")
     kafka_uri = f"kafka://{broker.bootstrap}/snap-e2e?protocol=canal-json&partition-num=2&enable-tidb-extension=true"
     writer = Writer(mariadb.connect())
@@ -238,7 +238,7 @@ def test_sigkill_twice_mid_snapshot_keeps_done_chunks(copied, mariadb, mariadb_f
     data_dir, root = str(tmp_path / "cdc"), str(tmp_path / "files")
     config = tmp_path / "cf.toml"
     config.write_text(f'force-replicate = true\n[filter]\nrules = ["{DATABASE}.*"]\n'
-                      f'[snapshot]\nmode = "initial"\nchunk-size = {max(200, BIG_ROWS // 60)}\nparallelism = 1\n')
+                      f'[snapshot]\nmode = "initial"\nchunk-size = {max(200, BIG_ROWS // 40)}\nparallelism = 4\n')
     server = ServerProcess(data_dir, mariadb.uri).start()
     log_path = os.path.join(data_dir, "server.log")
     kept: list[set[str]] = []
