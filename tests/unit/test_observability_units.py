@@ -538,3 +538,17 @@ def test_the_storage_consumer_advances_its_progress_by_the_rows_it_applies(tmp_p
     assert run_consumer(StorageConsumer(uri, downstream, "canal-json"), 1.0, once=True, progress=progress) == 100
     applied = sum(len(call[2]) for call in downstream.calls if call[0] == "rows")
     assert progress.done == applied == 30
+
+
+def test_index_size_counts_the_files_there_and_a_vanished_wal_as_nothing(tmp_path):
+    """SQLite removes the index's WAL when its last connection closes, between any two calls:
+    the size is the files there are (a scrape used to lose the whole capture's status)."""
+    from sparkcdc.server.observer import index_size_bytes
+
+    index = tmp_path / "txn-index.sqlite"
+    index.write_bytes(b"x" * 10)
+    (tmp_path / "txn-index.sqlite-shm").write_bytes(b"y" * 3)
+    assert index_size_bytes(str(index)) == 13
+    (tmp_path / "txn-index.sqlite-wal").write_bytes(b"z" * 5)
+    assert index_size_bytes(str(index)) == 18
+    assert index_size_bytes(str(tmp_path / "absent.sqlite")) == 0

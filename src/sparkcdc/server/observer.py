@@ -43,6 +43,19 @@ log = logging.getLogger(__name__)
 INDEX_SUFFIXES = ("", "-wal", "-shm")
 
 
+def index_size_bytes(path: str) -> int:
+    """The transaction index's bytes on disk: the database and its WAL and shared-memory files.
+    SQLite removes the WAL when its last connection closes, at any moment: a file gone counts 0
+    (checking that it exists first raced with that, and the scrape lost the whole capture)."""
+    total = 0
+    for suffix in INDEX_SUFFIXES:
+        try:
+            total += os.path.getsize(path + suffix)
+        except FileNotFoundError:
+            pass
+    return total
+
+
 class OwnershipClock:
     """Seconds this process has been the owner, from observations of whether it is now."""
 
@@ -125,8 +138,7 @@ class CaptureObserver:
             running=len(capture.running_changefeeds()),
             changefeeds=tuple(self._changefeeds(with_snapshot=True)) if is_owner else (),
             puller=PullerStatus(health.state, binlog_bytes, transactions, capture.puller_resolved_ts()),
-            index_bytes=sum(os.path.getsize(capture.index_path + suffix) for suffix in INDEX_SUFFIXES
-                            if os.path.exists(capture.index_path + suffix)),
+            index_bytes=index_size_bytes(capture.index_path),
             triggers=tuple(TriggerStatus(namespace, changefeed_id, tuple(sorted(phases.items())))
                            for (namespace, changefeed_id), phases in sorted(capture.last_triggers().items())),
         )
