@@ -83,16 +83,7 @@ def test_topic_per_table_survives_a_broker_restart(mariadb, mariadb_factory, tmp
         assert not failures, failures
         workload.run(30)
         workload.finish()
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline:
-            state = changefeed_state(server)
-            states.append(state["state"])
-            if state["state"] == "warning":
-                assert state["error"]["code"] == "SPARKCDC:ErrKafkaSendMessage", state
-            if state["state"] == "normal" and "warning" in states:
-                break
-            time.sleep(1)
-        assert "warning" in states and states[-1] == "normal", states
+        server.recovers_from_warning(CHANGEFEED, "SPARKCDC:ErrKafkaSendMessage", timeout=150, states=states)
         down = downstream_db.connect()
         try:
             wait_for_row(down, DATABASE, "finish_mark", timeout=180)

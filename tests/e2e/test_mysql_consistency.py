@@ -177,16 +177,7 @@ def test_concurrent_workload_replicates_exactly_through_two_sigkills_and_a_downs
             for database in DATABASES:
                 wait_for_row(down, database, "finish_mark", timeout=300)
         # Back to normal by itself, after a warning that named the MySQL error.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            state = changefeed_state(server, "consistency")
-            states_seen.append(state["state"])
-            if state["state"] == "warning":
-                assert state["error"]["code"] == "SPARKCDC:ErrMySQLConnectionError", state
-            if state["state"] == "normal" and "warning" in states_seen:
-                break
-            time.sleep(1)
-        assert "warning" in states_seen and states_seen[-1] == "normal", states_seen
+        server.recovers_from_warning("consistency", "SPARKCDC:ErrMySQLConnectionError", timeout=120, states=states_seen)
         assert changefeed_state(server, "consistency")["error"] is None
         steady_state = changefeed_state(server, "steady")
         assert steady_state["state"] == "normal" and steady_state["error"] is None, steady_state

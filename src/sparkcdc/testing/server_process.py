@@ -95,6 +95,24 @@ class ServerProcess:
     def checkpoint(self, changefeed_id: str) -> int:
         return int(self.api("GET", f"/api/v2/changefeeds/{changefeed_id}")["checkpoint_ts"])
 
+    def recovers_from_warning(self, changefeed_id: str, error_code: str, timeout: float,
+                              states: Optional[list[str]] = None) -> list[str]:
+        """Polls `changefeed query` until the changefeed is `normal` after a `warning` whose error
+        is `error_code` (a retryable fault it got over by itself); `states`, the states seen before
+        (during the fault), with those seen here appended. AssertionError when a warning names
+        another error, or it is not normal again in time."""
+        states = [] if states is None else states
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = json.loads(self.cli("changefeed", "query", "-c", changefeed_id).stdout)
+            states.append(state["state"])
+            if state["state"] == "warning":
+                assert state["error"]["code"] == error_code, state
+            if state["state"] == "normal" and "warning" in states:
+                return states
+            time.sleep(1)
+        raise AssertionError(f"{changefeed_id}: no warning then normal in {timeout:.0f} s: {states}")
+
     def stop(self) -> None:
         self._signal(signal.SIGTERM, wait=60)
 
