@@ -19,11 +19,6 @@ apt_install() {
 }
 
 # S3: moto's server comes with the venv's test extra; install it if setup.sh has not yet.
-if [ -x .venv/bin/python ] && [ ! -x .venv/bin/moto_server ]; then
-  echo "== installing moto (PyPI, from pyproject.toml)"
-  .venv/bin/pip install -q -e '.[test]'
-fi
-
 # Azure Blob: Azurite from npm (EBADENGINE warnings on Node 20 are harmless).
 AZURITE_PKG="$TOOLS/azurite/node_modules/azurite/package.json"
 if [ ! -f "$AZURITE_PKG" ] || ! grep -q "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_PKG"; then

@@ -1,35 +1,40 @@
 #!/usr/bin/env bash
-# Installs everything sparkcdc needs on a fresh Debian machine: MariaDB from Debian, Java check,
-# and a virtualenv in .venv with the project and its pinned dependencies. Idempotent.
+# Installs everything sparkcdc needs on a fresh Debian machine: MariaDB, Java, etcd and the other
+# Debian packages, a virtualenv in .venv with the project and its pinned dependencies, the native
+# row decoder, the Spark class archive, and the tools the tests start (Kafka, the schema registry,
+# the object storage emulators). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
-if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then
-  echo "== installing mariadb-server (Debian)"
+# Debian packages: whatever is missing, in one `apt-get update` and one install (each update costs
+# seconds on a fresh machine). maven, npm and go fetch and build the test tools (scripts/setup-kafka.sh,
+# scripts/setup-emulators.sh).
+missing=()
+if ! command -v mariadbd >/dev/null 2>&1 && [ ! -x /usr/sbin/mariadbd ]; then missing+=(mariadb-server mariadb-client); fi
+if ! command -v java >/dev/null 2>&1; then missing+=(openjdk-17-jre-headless); fi  # Spark's JVM
+if ! command -v etcd >/dev/null 2>&1; then missing+=(etcd-server etcd-client); fi  # cluster metadata, owner election
+# The status page's browser test.
+if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then missing+=(chromium chromium-driver); fi
+if ! command -v mvn >/dev/null 2>&1; then missing+=(maven); fi
+if ! command -v npm >/dev/null 2>&1; then missing+=(nodejs npm); fi
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then missing+=(golang-go); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]} (Debian)"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq mariadb-server mariadb-client >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if ! command -v java >/dev/null 2>&1; then
-  echo "== installing a Java runtime for Spark (Debian)"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
-fi
-
-if ! command -v etcd >/dev/null 2>&1; then
-  echo "== installing etcd-server (Debian) for cluster metadata and owner election"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq etcd-server etcd-client >/dev/null
-fi
-
-if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then
-  echo "== installing chromium and chromium-driver (Debian) for the status page's browser test"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null
-fi
+# The test tools (Kafka's jars, the schema registry, the object storage emulators: downloads and a
+# ~2 min Go build on a fresh machine) are fetched beside the Python setup below, which is mostly
+# downloads and unpacking; their output is printed once they are done.
+tools_log="$(mktemp)"
+(./scripts/setup-emulators.sh && ./scripts/setup-kafka.sh) >"$tools_log" 2>&1 &
+tools_pid=$!
+# A step below that fails ends this script: the tools' fetch ends with it.
+trap 'kill "$tools_pid" 2>/dev/null || true; rm -f "$tools_log"' EXIT
 
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
@@ -67,8 +72,13 @@ if ! .venv/bin/python -m sparkcdc.pipeline.class_archive; then
   echo "== could not make the Spark class archive; sparkcdc runs without it"
 fi
 
-# Object storage emulators (S3, GCS, Azure) used by the storage tests.
-if [ -x scripts/setup-emulators.sh ]; then
-  ./scripts/setup-emulators.sh
+# The test tools started above.
+tools_status=0
+wait "$tools_pid" || tools_status=$?
+trap - EXIT
+cat "$tools_log"
+rm -f "$tools_log"
+if [ "$tools_status" != 0 ]; then
+  echo "== fetching the test tools failed (scripts/setup-emulators.sh, scripts/setup-kafka.sh): exit $tools_status" >&2
+  exit "$tools_status"
 fi
-./scripts/setup-kafka.sh
