@@ -18,7 +18,8 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
 }
 
-# S3: moto's server comes with the venv's test extra; install it if setup.sh has not yet.
+# S3: moto's server comes with the venv's test extra, which setup.sh installs.
+
 # Azure Blob: Azurite from npm (EBADENGINE warnings on Node 20 are harmless).
 AZURITE_PKG="$TOOLS/azurite/node_modules/azurite/package.json"
 if [ ! -f "$AZURITE_PKG" ] || ! grep -q "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_PKG"; then

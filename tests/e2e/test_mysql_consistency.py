@@ -5,7 +5,6 @@ the server is SIGKILLed twice mid-workload, and into a downstream that stays up.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import threading
@@ -114,10 +113,6 @@ def wait_for_progress(server: ServerProcess, changefeed_id: str, timeout: float 
         time.sleep(0.5)
 
 
-def changefeed_state(server: ServerProcess, changefeed_id: str) -> dict:
-    return json.loads(server.cli("changefeed", "query", "-c", changefeed_id).stdout)
-
-
 def run_diff(source, target, table_filter: str = "e2e_cons_*.*") -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "sparkcdc.cli.main", "diff", "--source", source.uri, "--target", target.uri,
@@ -163,7 +158,7 @@ def test_concurrent_workload_replicates_exactly_through_two_sigkills_and_a_downs
         downstream.stop()
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
-            states_seen.append(changefeed_state(server, "consistency")["state"])
+            states_seen.append(server.query("consistency")["state"])
             time.sleep(1)
         downstream.start()
 
@@ -178,8 +173,8 @@ def test_concurrent_workload_replicates_exactly_through_two_sigkills_and_a_downs
                 wait_for_row(down, database, "finish_mark", timeout=300)
         # Back to normal by itself, after a warning that named the MySQL error.
         server.recovers_from_warning("consistency", "SPARKCDC:ErrMySQLConnectionError", timeout=120, states=states_seen)
-        assert changefeed_state(server, "consistency")["error"] is None
-        steady_state = changefeed_state(server, "steady")
+        assert server.query("consistency")["error"] is None
+        steady_state = server.query("steady")
         assert steady_state["state"] == "normal" and steady_state["error"] is None, steady_state
         for target in (downstream, steady):
             diff = run_diff(mariadb, target)

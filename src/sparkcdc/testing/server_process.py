@@ -95,6 +95,10 @@ class ServerProcess:
     def checkpoint(self, changefeed_id: str) -> int:
         return int(self.api("GET", f"/api/v2/changefeeds/{changefeed_id}")["checkpoint_ts"])
 
+    def query(self, changefeed_id: str) -> dict:
+        """`cli changefeed query -c CHANGEFEED`: its state, error, checkpoint, puller and more."""
+        return json.loads(self.cli("changefeed", "query", "-c", changefeed_id).stdout)
+
     def recovers_from_warning(self, changefeed_id: str, error_code: str, timeout: float,
                               states: Optional[list[str]] = None) -> list[str]:
         """Polls `changefeed query` until the changefeed is `normal` after a `warning` whose error
@@ -104,7 +108,7 @@ class ServerProcess:
         states = [] if states is None else states
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            state = json.loads(self.cli("changefeed", "query", "-c", changefeed_id).stdout)
+            state = self.query(changefeed_id)
             states.append(state["state"])
             if state["state"] == "warning":
                 assert state["error"]["code"] == error_code, state
