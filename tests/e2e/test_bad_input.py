@@ -70,7 +70,6 @@ def test_upstream_without_row_binlog_is_named(mariadb_factory, tmp_path):
 
 
 def test_a_failing_changefeed_shows_its_error_and_others_keep_running(server, mariadb, tmp_path):
-    import json
     import time
 
     database = "e2e_fail"
@@ -89,7 +88,7 @@ def test_a_failing_changefeed_shows_its_error_and_others_keep_running(server, ma
         cur.execute(f"INSERT INTO {database}.t VALUES (1), (2)")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        state = json.loads(server.cli("changefeed", "query", "-c", "broken").stdout)
+        state = server.query("broken")
         if state["state"] == "failed":
             break
         time.sleep(1)
@@ -98,7 +97,7 @@ def test_a_failing_changefeed_shows_its_error_and_others_keep_running(server, ma
     # The other changefeed keeps replicating. On a loaded machine it may pass through a retryable
     # `warning` (a Python worker late to connect back) on its way; it must be `normal` with files.
     while time.monotonic() < deadline:
-        healthy_state = json.loads(server.cli("changefeed", "query", "-c", "healthy").stdout)
+        healthy_state = server.query("healthy")
         if healthy_state["state"] == "normal" and list(healthy.rglob("CDC*.csv")):
             break
         assert healthy_state["state"] in ("normal", "warning"), healthy_state

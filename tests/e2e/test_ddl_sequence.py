@@ -299,10 +299,10 @@ def test_interleaved_ddl_and_dml_many_tables_with_a_resume_at_a_ddl(mariadb, mar
             cur.execute("ALTER TABLE made ADD SYSTEM VERSIONING")
 
         def failed() -> bool:
-            return json.loads(server.cli("changefeed", "query", "-c", "seq").stdout)["state"] == "failed"
+            return server.query("seq")["state"] == "failed"
 
         wait_until(failed, "the changefeed to fail on the unparseable DDL", 60)
-        state = json.loads(server.cli("changefeed", "query", "-c", "seq").stdout)
+        state = server.query("seq")
         message = json.dumps(state["error"])
         assert "ErrDDLUnparseable" in message and "ADD SYSTEM VERSIONING" in message, message
         assert "mysql-bin." in message or "binlog" in message, message

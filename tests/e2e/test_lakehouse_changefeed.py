@@ -258,7 +258,7 @@ def test_delta_and_iceberg_tables_equal_the_upstream(server, mariadb, s3, tmp_pa
 
     def wait_failed(feed: Feed) -> str:
         deadline = time.monotonic() + 120
-        while (state := json.loads(server.cli("changefeed", "query", "-c", feed.changefeed).stdout))["state"] != "failed":
+        while (state := server.query(feed.changefeed))["state"] != "failed":
             assert time.monotonic() < deadline, f"{feed.changefeed} did not fail at the DDL: {state}"
             time.sleep(1)
         assert "ErrLakehouseSchemaChange" in json.dumps(state["error"]), state

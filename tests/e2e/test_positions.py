@@ -163,7 +163,7 @@ class Writer:
 
 def copy_states(server: ServerProcess) -> dict[str, str]:
     """The state of each table of the `copy` changefeed's snapshot (pending, copying, done)."""
-    status = json.loads(server.cli("changefeed", "query", "-c", "copy").stdout)
+    status = server.query("copy")
     tables = (status.get("snapshot") or {}).get("tables", [])  # none before the copy's bootstrap
     return {t["table"]: t["state"] for t in tables}
 

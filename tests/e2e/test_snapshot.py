@@ -10,7 +10,6 @@ table, 20k by default; `SPARKCDC_SNAPSHOT_E2E_ROWS=1000000` runs the 1M-row vari
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import threading
@@ -211,7 +210,7 @@ def test_kafka_topic_rebuilds_the_upstream(copied):
 
 def test_query_shows_the_snapshot(copied):
     server = copied[0]
-    shown = json.loads(server.cli("changefeed", "query", "-c", "to-files").stdout)
+    shown = server.query("to-files")
     assert shown["snapshot"]["state"] == "done"
     assert shown["snapshot"]["rows"] >= BIG_ROWS
 

@@ -164,7 +164,7 @@ def test_sigkill_mid_workload_loses_nothing(mariadb, tmp_path):
         rebuilt = wait_replicated(root, "canal-json", database, 1)
         assert_tables_equal(conn, database, rebuilt)
         assert checkpoint_ts(root) > killed_at
-        state = json.loads(server.cli("changefeed", "query", "-c", "killme").stdout)
+        state = server.query("killme")
         assert state["state"] == "normal"
     finally:
         stop_polling.set()

@@ -20,7 +20,6 @@ Both share the upstream and downstream servers.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import threading
@@ -276,7 +275,7 @@ def resume_past_a_purged_binlog(upstream: MariaDBServer, server: ServerProcess, 
     assert f"is no longer on upstream mysql://root@127.0.0.1:{upstream.port}/" in refused.stderr
     assert f"the oldest binlog it still has begins at {oldest}:4" in refused.stderr, refused.stderr
     assert "Traceback" not in refused.stderr and "STREAM_FAILED" not in refused.stderr
-    assert json.loads(server.cli("changefeed", "query", "-c", "up-storage").stdout)["state"] == "stopped"
+    assert server.query("up-storage")["state"] == "stopped"
     resume_at = re.search(r"--overwrite-checkpoint-ts ([^`\s]+)`", refused.stderr).group(1)
     server.cli("changefeed", "resume", "-c", "up-storage", "--overwrite-checkpoint-ts", resume_at, "--no-confirm")
     moved = int(server.api("GET", "/api/v2/changefeeds/up-storage")["checkpoint_ts"])
@@ -344,14 +343,14 @@ def test_single_node_changefeeds_ride_out_upstream_restarts_a_crash_and_a_long_o
             for changefeed in databases:
                 watch.wait(changefeed, lambda s: s.checkpoint > killed[changefeed] and s.state == "normal", 20,
                            "to go on after its puller's connection was killed")
-            assert json.loads(server.cli("changefeed", "query", "-c", "up-mysql").stdout)["puller"]["state"] == "running"
+            assert server.query("up-mysql")["puller"]["state"] == "running"
 
             timings.append(outage(upstream, watch, SHORT_OUTAGE))
             timings.append(outage(upstream, watch, SHORT_OUTAGE, crash=True))
             # While the upstream is down, `changefeed query` shows the puller reconnecting.
             named = f"127.0.0.1:{upstream.port}"
             long_down = threading.Timer(LONG_OUTAGE / 2, lambda: timings.append(
-                ("puller while down", json.loads(server.cli("changefeed", "query", "-c", "up-storage").stdout)["puller"])))
+                ("puller while down", server.query("up-storage")["puller"])))
             long_down.start()
             timings.append(outage(upstream, watch, LONG_OUTAGE))
             long_down.join()

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from sparkcdc.diff import DiffOptions, diff_endpoints
+from sparkcdc.diff import DiffOptions, DiffReport, diff_endpoints
 from sparkcdc.errors import ErrMySQLConnectionError
 from sparkcdc.observability.progress import Progress
 
@@ -48,7 +48,7 @@ def endpoints(mariadb, mariadb_factory):
         cur.execute("DROP DATABASE IF EXISTS dif")
 
 
-def _run(source, target, **options) -> "DiffReport":
+def _run(source, target, **options) -> DiffReport:
     return diff_endpoints(source.uri, target.uri, DiffOptions(filter_rules=("dif.*",), chunk_size=40, **options))
 
 

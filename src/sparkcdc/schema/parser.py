@@ -1128,7 +1128,6 @@ class _Parser:
         return None
 
     def alter_spec(self, table: TableName) -> tuple[Optional[str], Optional[AlterOp]]:
-        word = self.peek_word()
         if self.accept("ADD"):
             nxt = self.peek_word()
             if nxt == "PARTITION":

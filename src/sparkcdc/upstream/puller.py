@@ -49,13 +49,12 @@ from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateR
 from sparkcdc.errors import (ErrBinlogUnsupportedEvent, ErrPullerFailed, ErrPullerStalled, ErrUpstreamUnreachable,
                              SparkCDCError)
 from sparkcdc.model import tso
-from sparkcdc.model.events import FK_CHECKS_MIXED, FK_CHECKS_OFF, FK_CHECKS_ON, DDLEvent, TableInfo
+from sparkcdc.model.events import FK_CHECKS_MIXED, FK_CHECKS_OFF, FK_CHECKS_ON, DDLEvent
 from sparkcdc.model.gtid import GtidState, parse_state
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.upstream.connection import (Flavor, UpstreamConfig, binlog_end, binlog_end_and_gtids, binlog_gtid_pos,
                                           detect_flavor, server_identity, upstream_error)
 from sparkcdc.upstream.preflight import preflight
-from sparkcdc.schema.catalog import stable_table_id  # noqa: F401  (re-exported)
 from sparkcdc.schema.store import DDLOutcome, SchemaStore, is_ddl
 from sparkcdc.upstream.schema_reader import read_catalog
 from sparkcdc.upstream.statements import classify
