@@ -11,7 +11,7 @@ Python via SPARKCDC_PURE_PYTHON_DECODER=1; two servers at once would share a rep
   2. for each decoder, a sparkcdc changefeed replicates it from before the workload to a file
      sink, timed from `changefeed create` until its checkpoint passes the last transaction, and
      the output is checked to hold every row change.
-Prints rows/s, CPU seconds and peak RSS for each, and the ratios. Not a test: figures go in
+Prints rows/s, CPU seconds and peak RSS (and PSS) for each, and the ratios. Not a test: figures go in
 bench/README.md and docs/benchmarks.md.
 """
 
@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
 from sparkcdc.testing.ha import WARM_UP_DONE, WARM_UP_FAILED  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, tree_usage  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, format_peaks, tree_usage  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
@@ -121,7 +121,7 @@ def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int,
     elapsed = time.monotonic() - began
     peak = sampler.stop()
     print(f"  first checkpoint after {first if first is not None else elapsed:.1f}s; "
-          f"at the peak: {format_breakdown(sampler.at_peak)}", flush=True)
+          f"{format_peaks(sampler)}; at the RSS peak: {format_breakdown(sampler.at_peak)}", flush=True)
     cpu_used = tree_usage(server.process.pid)[0] - cpu_before
     server.cli("changefeed", "remove", "-c", name)
     return elapsed, cpu_used, peak

@@ -23,7 +23,7 @@ round), each tool reads the whole binlog from its start (catch-up mode):
                      cost of metrics (docs/operations.md; the target is < 3% of rows/s).
 The Java projects are built here on demand with Maven from Maven Central (needs mvn and Java 17;
 not run by CI). Prints rows/s (from process start for the peers, from `changefeed create` for sparkcdc: each
-includes its start-up), CPU seconds and peak RSS of each tool's process tree, the ratio of sparkcdc
+includes its start-up), CPU seconds and peak RSS (and PSS) of each tool's process tree, the ratio of sparkcdc
 to each peer, and the load average before and after. Peers do less work (no sink): intended.
 
 sparkcdc's server is restarted for each of its runs. --sparkcdc-start says when its changefeed is
@@ -54,7 +54,7 @@ from capture_bench import (  # noqa: E402
 )
 import workloads  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import PeakRSS  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_peaks  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 from sparkcdc.upstream.txn_index import TxnIndex  # noqa: E402
 
@@ -124,7 +124,7 @@ def run_measured(command: list[str], rows: int, work_dir: str, name: str) -> tup
     report = process.stdout.read().strip()
     if process.returncode != 0 or f"rows={rows} " not in report:
         raise SystemExit(f"{name} failed (exit {process.returncode}, {report!r}); see {work_dir}/{name}.log")
-    return elapsed, cpu, peak, report
+    return elapsed, cpu, peak, f"{report}; {format_peaks(sampler)}"
 
 
 def main() -> int:

@@ -14,7 +14,8 @@ A private MariaDB gets one sysbench table (`id INT PK, k INT, c CHAR(120), pad C
              (canal-json), from `changefeed create` until it is `finished`; the rows in the files
              are checked.
 Prints rows/s, CPU seconds and peak RSS of each tool's process tree (sparkcdc: the server's whole
-tree, Spark included), the ratios, and the writers' latency: a writer thread updates random rows
+tree, Spark included) with its peak PSS (each page the tree holds counted once: the RSS sum counts
+the pages a forked Python worker shares with its daemon in both), the ratios, and the writers' latency: a writer thread updates random rows
 one at a time all along (unless --no-writer); its median and p99 commit latency while each tool
 runs is compared with the same writer's alone before the rounds. Targets (issue 19, 2 cores):
 sparkcdc >= 2x Flink CDC's and >= 3x Debezium's rows/s on 10M rows, peak RSS < 1.5 GB, writers'
@@ -38,7 +39,7 @@ sys.path.insert(0, HERE)
 from capture_bench import output_rows, start_server, tree_usage  # noqa: E402
 from peers_bench import build_java, run_measured  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import PeakRSS, format_breakdown  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, format_peaks  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
 TOOLS = ("debezium", "flink-cdc", "sparkcdc")
@@ -103,7 +104,7 @@ def run_sparkcdc(server, name: str, sink_dir: str, rows: int, parallelism: int) 
         time.sleep(0.2)
     elapsed = time.monotonic() - began
     peak = sampler.stop()
-    print(f"  at the peak: {format_breakdown(sampler.at_peak)}", flush=True)
+    print(f"  {format_peaks(sampler)}; at the RSS peak: {format_breakdown(sampler.at_peak)}", flush=True)
     cpu = tree_usage(server.process.pid)[0] - cpu_before
     return elapsed, cpu, peak
 

@@ -11,11 +11,22 @@ import time
 
 import pytest
 
-from sparkcdc.testing.process_usage import process_tree, spawning_copy, tree_breakdown
+from sparkcdc.testing.process_usage import process_tree, spawning_copy, tree_breakdown, tree_pss_bytes, tree_rss_bytes
 
 FORKS = """
 import os, sys, time
 if os.fork() == 0:          # a forked worker, as pyspark.daemon's: same executable, no exec
+    time.sleep(60)
+    os._exit(0)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+# 64 MiB written before the fork: the worker shares those pages with its parent until it writes them.
+FORKS_SHARING = """
+import os, time
+block = bytearray(os.urandom(1 << 20)) * 64
+if os.fork() == 0:
     time.sleep(60)
     os._exit(0)
 print("ready", flush=True)
@@ -48,6 +59,20 @@ def test_a_forked_python_worker_is_counted():
         assert len(tree) == 2 and tree[0] == proc.pid
         assert not spawning_copy(tree[1], proc.pid)
         assert sum(count for count, _ in tree_breakdown(proc.pid).values()) == 2
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_pages_a_forked_worker_shares_count_once_in_pss():
+    proc = subprocess.Popen([sys.executable, "-c", FORKS_SHARING], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert len(_wait_for_children(proc, 1)) == 2
+        rss, pss = tree_rss_bytes(proc.pid), tree_pss_bytes(proc.pid)
+        # RSS counts the 64 MiB in both processes, PSS once.
+        assert rss >= 128 * 2**20
+        assert 64 * 2**20 <= pss <= rss - 56 * 2**20
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -59,6 +59,26 @@ def tree_usage(root_pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
+def process_pss_bytes(pid: int) -> int:
+    """Proportional set size of a process: its resident pages, each shared page divided among the
+    processes mapping it (a forked Python worker and its daemon, the shared libraries every Python
+    process maps). Summed over a tree, every page it holds counts once; RSS counts a shared page in
+    every process. 0 when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    return 0
+
+
+def tree_pss_bytes(root_pid: int) -> int:
+    """Proportional set size of the process tree now: the memory it holds, each page once."""
+    return sum(process_pss_bytes(pid) for pid in process_tree(root_pid))
+
+
 def tree_rss_bytes(root_pid: int) -> int:
     """Resident memory of the process tree now."""
     return tree_usage(root_pid)[1]
@@ -103,6 +123,11 @@ def tree_breakdown(root_pid: int) -> dict[str, tuple[int, int]]:
     return totals
 
 
+def format_peaks(sampler: "PeakRSS") -> str:
+    """`peak RSS 1,503 MiB, PSS 1,210 MiB`: the two figures of a sampled run."""
+    return f"peak RSS {sampler.peak / 2**20:,.0f} MiB, PSS {sampler.peak_pss / 2**20:,.0f} MiB"
+
+
 def format_breakdown(breakdown: dict[str, tuple[int, int]]) -> str:
     """`java 512 MiB, python pyspark.daemon x3 410 MiB, ...`, largest first."""
     parts = []
@@ -113,11 +138,14 @@ def format_breakdown(breakdown: dict[str, tuple[int, int]]) -> str:
 
 class PeakRSS(threading.Thread):
     """Samples a process tree's RSS every `interval` seconds until `stop()`; `peak` is the maximum and
-    `at_peak` the tree's tree_breakdown() at that sample."""
+    `at_peak` the tree's tree_breakdown() at that sample. `peak_pss` is the maximum of the tree's
+    PSS (tree_pss_bytes) over the same samples: the memory the tree holds, each shared
+    page once, where the RSS sum counts the pages a forked Python worker shares with its daemon and
+    the libraries every process maps once per process."""
 
     def __init__(self, root_pid: int, interval: float = 0.25):
         super().__init__(name=f"peak-rss-{root_pid}", daemon=True)
-        self.root_pid, self.interval, self.peak = root_pid, interval, 0
+        self.root_pid, self.interval, self.peak, self.peak_pss = root_pid, interval, 0, 0
         self.at_peak: dict[str, tuple[int, int]] = {}
         self._done = threading.Event()
 
@@ -127,6 +155,7 @@ class PeakRSS(threading.Thread):
             total = sum(rss for _, rss in breakdown.values())
             if total > self.peak:
                 self.peak, self.at_peak = total, breakdown
+            self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.root_pid))
             self._done.wait(self.interval)
 
     def stop(self) -> int:
