@@ -1,9 +1,10 @@
 """The capture's Spark driver JVM really runs with sparkcdc's options (spark.driver.extraJavaOptions
 reaches the JVM that bin/spark-submit starts in local mode), a user's --spark-conf goes over them,
 its Python workers and the driver share Arrow's allocator, a class archive the JVM cannot use
-(damaged, or made for another JDK) does not stop it, and Spark never starts its lookup of installed
-Python data sources while a source registered by class still reads. In a child process: a
-process's first SparkSession fixes its JVM's options for every later one."""
+(damaged, or made for another JDK) does not stop it, the driver does not import pandas, and Spark
+never starts its lookup of installed Python data sources while a source registered by class still
+reads. In a child process: a process's first SparkSession fixes its JVM's options for every later
+one."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ spark = make_spark_session("local[1]", "sparkcdc-test-jvm", class_archive=sys.ar
 jvm = spark.sparkContext._jvm
 arguments = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
 rows = spark.range(5).count()
+pandas_in_driver = "pandas" in sys.modules  # nothing so far needs it (numpy_converters_without_pandas)
+import numpy as np
+from pyspark.sql import functions as F
+below_numpy = spark.range(5).filter(F.col("id") < F.lit(np.int64(3))).count()  # a numpy value crosses py4j
 
 def worker_pool(batches):
     import pyarrow as pa
@@ -55,7 +60,8 @@ jvm_pid = str(jvm.java.lang.ProcessHandle.current().pid())
 children = subprocess.run(["ps", "-ww", "-o", "args=", "--ppid", jvm_pid], capture_output=True, text=True).stdout
 print(json.dumps({"arguments": arguments, "rows": rows, "partitions": spark.conf.get("spark.sql.shuffle.partitions"),
                   "pools": [pa.default_memory_pool().backend_name, worker], "read": read,
-                  "children": children.splitlines()}))
+                  "children": children.splitlines(), "pandas_in_driver": pandas_in_driver,
+                  "below_numpy": below_numpy}))
 spark.stop()
 """
 
@@ -73,6 +79,8 @@ def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tm
     assert f"-XX:SharedArchiveFile={archive}" in arguments
     assert "-XX:CICompilerCount=2" in arguments and "-Dsparkcdc.test=1" in arguments
     assert result["rows"] == 5  # the JVM ran Spark work without the archive it could not map
+    assert result["pandas_in_driver"] is False  # PySpark's numpy converters no longer import it
+    assert result["below_numpy"] == 3  # and numpy values still reach the JVM
     assert result["partitions"] == "3"  # --spark-conf goes over sparkcdc's own settings
     assert result["pools"] == [ARROW_MEMORY_POOL] * 2  # the driver's Arrow allocator and its workers
     assert result["read"] == [7]  # a data source registered by class is found and read

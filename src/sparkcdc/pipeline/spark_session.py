@@ -117,6 +117,37 @@ def skip_data_source_lookup(spark) -> bool:
     return True
 
 
+def numpy_converters_without_pandas() -> int:
+    """Replaces PySpark's py4j input converters for numpy values (pyspark.sql.types registers them
+    when imported) with the same checks made against numpy directly; how many it replaced.
+
+    PySpark's own ask `pyspark.testing.utils` whether numpy is installed, on the first argument of
+    the first call into the JVM, and that module imports pandas: ~43 MiB of RSS (28 of them
+    private) and ~1 s in the driver, which never uses pandas (docs/benchmarks.md). numpy is a
+    dependency of ours, so the check needs no import. Spark Connect's driver has no such
+    converters (0)."""
+    import numpy as np
+    from py4j import protocol
+    from pyspark.sql import types
+
+    class NumpyScalarConverter(getattr(types, "NumpyScalarConverter", object)):
+        def can_convert(self, obj) -> bool:
+            return isinstance(obj, np.generic)
+
+    class NumpyArrayConverter(getattr(types, "NumpyArrayConverter", object)):
+        def can_convert(self, obj) -> bool:
+            return isinstance(obj, np.ndarray) and obj.ndim == 1
+
+    ours = {getattr(types, "NumpyScalarConverter", None): NumpyScalarConverter,
+            getattr(types, "NumpyArrayConverter", None): NumpyArrayConverter}
+    replaced = 0
+    for i, converter in enumerate(protocol.INPUT_CONVERTER):
+        if (replacement := ours.get(type(converter))) is not None:
+            protocol.INPUT_CONVERTER[i] = replacement()
+            replaced += 1
+    return replaced
+
+
 def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
                        spark_conf: Optional[Mapping[str, str]] = None, class_archive: Optional[str] = None):
     """A SparkSession whose Python workers run this interpreter (see components.md); `spark_conf`
@@ -129,6 +160,7 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
     arrow_pool = use_arrow_memory_pool()
     from pyspark.sql import SparkSession
 
+    numpy_converters_without_pandas()
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
