@@ -22,6 +22,7 @@ from sparkcdc.sink.kafka.config import parse_kafka_sink_uri
 from sparkcdc.testing.alltypes import COLUMNS, create_alltypes
 from sparkcdc.testing.compare import read_upstream_table, wait_for_row, wait_tables_equal
 from sparkcdc.testing.kafka import ConsumerThread
+from sparkcdc.testing.process_usage import process_label, process_tree
 from sparkcdc.testing.server_process import ServerProcess, run_sparkcdc
 
 pytestmark = pytest.mark.e2e
@@ -213,6 +214,22 @@ def test_query_shows_the_snapshot(copied):
     shown = server.query("to-files")
     assert shown["snapshot"]["state"] == "done"
     assert shown["snapshot"]["rows"] >= BIG_ROWS
+
+
+def test_the_servers_processes_never_import_pandas(copied):
+    """The driver and its local read workers copied and streamed without pandas
+    (pipeline/without_pandas.py): no process of the server's tree maps its libraries."""
+    server = copied[0]
+    mapped = {}
+    for pid in process_tree(server.process.pid):
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                mapped[pid] = (process_label(pid), "/pandas/" in maps.read())
+        except OSError:
+            continue
+    workers = [label for label, _ in mapped.values() if label == "python pyspark.daemon"]
+    assert workers and any(label.startswith("python sparkcdc") for label, _ in mapped.values()), mapped
+    assert not [label for label, pandas in mapped.values() if pandas], mapped
 
 
 def done_chunks(data_dir: str, changefeed: str) -> set[str]:

@@ -171,12 +171,15 @@ def run_server(args: argparse.Namespace) -> int:
         make_private(args.log_file, directory=False)
     from sparkcdc import failpoint
     from sparkcdc.api.server import serve
+    from sparkcdc.pipeline.without_pandas import keep_pandas_out
     from sparkcdc.server.capture import Capture, CaptureOptions
     from sparkcdc.server.observer import CaptureObserver
 
     try:
         failpoint.arm_from_environment()  # SPARKCDC_FAILPOINTS, for tests: warns about each point
         spark_master, spark_remote = _spark_mode(args)
+        if not spark_remote:  # Spark Connect's client needs pandas
+            keep_pandas_out()
         security = _security(args)
         make_private(args.data_dir, directory=True)
         capture = Capture(

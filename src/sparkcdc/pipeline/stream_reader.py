@@ -22,6 +22,7 @@ from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.pipeline.planning import (BatchOffset, BatchPacer, BatchPlan, ChunkPartition, MarkerPartition, SourceOptions,
                                         plan_partitions)
 from sparkcdc.pipeline.transport import pack_batch, spool_batches
+from sparkcdc.pipeline.without_pandas import in_spark_worker, keep_pandas_out
 from sparkcdc.upstream.range_reader import read_range_batches
 from sparkcdc.upstream.snapshot_reader import read_chunk_batches
 
@@ -32,7 +33,10 @@ if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors'
 def read_partition(partition: InputPartition, spool_dir: str = "") -> Iterator[pa.RecordBatch]:
     """A read task (a binlog range, or a snapshot chunk): the partition's change batches packed for
     Spark (SPARK_SCHEMA), or with
-    `spool_dir` one value naming the file they were spooled to (pipeline/transport.py)."""
+    `spool_dir` one value naming the file they were spooled to (pipeline/transport.py). With
+    `spool_dir` the executors are local, this server's own: their workers keep pandas out."""
+    if spool_dir and in_spark_worker():
+        keep_pandas_out()
     if isinstance(partition, MarkerPartition):
         yield pack_batch(marker_batch(partition.start, partition.end))
         return
