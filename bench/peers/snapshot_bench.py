@@ -15,11 +15,12 @@ A private MariaDB gets one sysbench table (`id INT PK, k INT, c CHAR(120), pad C
              are checked.
 Prints rows/s, CPU seconds and peak RSS of each tool's process tree (sparkcdc: the server's whole
 tree, Spark included) with its peak PSS (each page the tree holds counted once: the RSS sum counts
-the pages a forked Python worker shares with its daemon in both), the ratios, and the writers' latency: a writer thread updates random rows
-one at a time all along (unless --no-writer); its median and p99 commit latency while each tool
-runs is compared with the same writer's alone before the rounds. Targets (issue 19, 2 cores):
-sparkcdc >= 2x Flink CDC's and >= 3x Debezium's rows/s on 10M rows, peak RSS < 1.5 GB, writers'
-latency <= 1.2x. The Java projects are built with Maven on first use (bench/peers/java/*).
+the pages a forked Python worker shares with its daemon in both), the ratios, and the writers'
+latency: a writer thread updates random rows one at a time all along (unless --no-writer); its
+median and p99 commit latency while each tool runs is compared with the same writer's alone
+before the rounds. Targets (issue 19, 2 cores): sparkcdc >= 2x Flink CDC's and >= 3x Debezium's
+rows/s on 10M rows, peak RSS < 1.5 GB, writers' latency <= 1.2x. The Java projects are built
+with Maven on first use (bench/peers/java/*).
 """
 
 from __future__ import annotations

@@ -130,16 +130,18 @@ def numpy_converters_without_pandas() -> int:
     from py4j import protocol
     from pyspark.sql import types
 
-    class NumpyScalarConverter(getattr(types, "NumpyScalarConverter", object)):
+    if not hasattr(types, "NumpyScalarConverter") or not hasattr(types, "NumpyArrayConverter"):
+        return 0
+
+    class NumpyScalarConverter(types.NumpyScalarConverter):
         def can_convert(self, obj) -> bool:
             return isinstance(obj, np.generic)
 
-    class NumpyArrayConverter(getattr(types, "NumpyArrayConverter", object)):
+    class NumpyArrayConverter(types.NumpyArrayConverter):
         def can_convert(self, obj) -> bool:
             return isinstance(obj, np.ndarray) and obj.ndim == 1
 
-    ours = {getattr(types, "NumpyScalarConverter", None): NumpyScalarConverter,
-            getattr(types, "NumpyArrayConverter", None): NumpyArrayConverter}
+    ours = {types.NumpyScalarConverter: NumpyScalarConverter, types.NumpyArrayConverter: NumpyArrayConverter}
     replaced = 0
     for i, converter in enumerate(protocol.INPUT_CONVERTER):
         if (replacement := ours.get(type(converter))) is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Optional
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -74,9 +75,10 @@ def process_pss_bytes(pid: int) -> int:
     return 0
 
 
-def tree_pss_bytes(root_pid: int) -> int:
-    """Proportional set size of the process tree now: the memory it holds, each page once."""
-    return sum(process_pss_bytes(pid) for pid in process_tree(root_pid))
+def tree_pss_bytes(root_pid: int, pids: Optional[list[int]] = None) -> int:
+    """Proportional set size of the process tree now (of `pids`, its process_tree, when the caller
+    has it): the memory it holds, each page once."""
+    return sum(process_pss_bytes(pid) for pid in (process_tree(root_pid) if pids is None else pids))
 
 
 def tree_rss_bytes(root_pid: int) -> int:
@@ -108,10 +110,11 @@ def process_label(pid: int) -> str:
     return program
 
 
-def tree_breakdown(root_pid: int) -> dict[str, tuple[int, int]]:
-    """Resident bytes of the process tree now by process_label: {label: (processes, bytes)}."""
+def tree_breakdown(root_pid: int, pids: Optional[list[int]] = None) -> dict[str, tuple[int, int]]:
+    """Resident bytes of the process tree now (of `pids`, its process_tree, when the caller has it)
+    by process_label: {label: (processes, bytes)}."""
     totals: dict[str, tuple[int, int]] = {}
-    for pid in process_tree(root_pid):
+    for pid in (process_tree(root_pid) if pids is None else pids):
         try:
             with open(f"/proc/{pid}/stat") as f:
                 rss = int(f.read().rsplit(")", 1)[1].split()[21]) * PAGE_BYTES
@@ -151,11 +154,12 @@ class PeakRSS(threading.Thread):
 
     def run(self) -> None:
         while not self._done.is_set():
-            breakdown = tree_breakdown(self.root_pid)
+            pids = process_tree(self.root_pid)  # one walk of /proc for both figures
+            breakdown = tree_breakdown(self.root_pid, pids)
             total = sum(rss for _, rss in breakdown.values())
             if total > self.peak:
                 self.peak, self.at_peak = total, breakdown
-            self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.root_pid))
+            self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.root_pid, pids))
             self._done.wait(self.interval)
 
     def stop(self) -> int:
