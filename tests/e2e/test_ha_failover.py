@@ -5,9 +5,9 @@ warm captures alive at the first kill of a round. Each server killed in the firs
 at once, in the background, on its data dir (its index resumes where it stopped), and serves the
 second round. After every kill each changefeed must be replicating on a live capture other than
 the killed ones within 30 s, and in every round each changefeed's checkpoint must move, so the
-resumed changefeeds really replicate. At the end (once both checkpoints cover the upstream's last change) `sparkcdc diff` finds
-no difference, the tables match row by row, and the servers' logs show no two captures writing one
-changefeed's batches at the same time.
+resumed changefeeds really replicate. At the end (once both checkpoints cover the upstream's last
+change) `sparkcdc diff` finds no difference, the tables match row by row, and the servers' logs
+show no two captures writing one changefeed's batches at the same time.
 
 Time: a kill is noticed when the capture's lease expires, so the servers run with a 4 s
 capture-session-ttl (the default 10 s would spend 40 s of the test waiting for four leases); a
@@ -36,7 +36,7 @@ from sparkcdc.testing.workload import Workload
 # kill and a restarted server serving again, one round (~40 s) shorter. Each kill is
 # reassigned in 3.5-4.7 s and a round's checkpoints move in 8-18 s, but a round waits 23-38 s for
 # the previous round's killed servers to restart (serving after 12-15 s) and warm their Spark
-# (40-51 s after the kill): 8 Spark server starts at ~15 CPU s each.
+# (40-51 s after the kill): 6 Spark server starts at ~15 CPU s each.
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(etcd_binary() is None, reason="etcd-server is not installed (scripts/setup.sh)")]
 
@@ -104,9 +104,9 @@ def check_cluster_metrics(cluster: HACluster) -> None:
 
 
 def test_two_changefeeds_survive_two_rounds_of_killing_a_runner_then_the_owner(mariadb, mariadb_factory, tmp_path,
-                                                                                 monkeypatch):
+                                                                               monkeypatch):
     # The servers' Spark JVMs start with the client compiler and the serial collector: a JVM start
-    # costs half the CPU, and this test starts a dozen on 2 cores (replication itself is in Python).
+    # costs half the CPU, and this test starts six on 2 cores (replication itself is in Python).
     monkeypatch.setenv("JAVA_TOOL_OPTIONS", os.environ.get("SPARKCDC_HA_JAVA_OPTIONS",
                                                            "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"))
     downstream = mariadb_factory()
