@@ -1,14 +1,15 @@
 """The capture's Spark driver JVM really runs with sparkcdc's options (spark.driver.extraJavaOptions
 reaches the JVM that bin/spark-submit starts in local mode), a user's --spark-conf goes over them,
-its Python workers and the driver share Arrow's allocator, a class archive the JVM cannot use
-(damaged, or made for another JDK) does not stop it, the driver does not import pandas, and Spark
-never starts its lookup of installed Python data sources while a source registered by class still
-reads. In a child process: a process's first SparkSession fixes its JVM's options for every later
-one."""
+its Python workers and the driver share Arrow's allocator and import the same compiled pyspark, a
+class archive the JVM cannot use (damaged, or made for another JDK) does not stop it, the driver
+does not import pandas, and Spark never starts its lookup of installed Python data sources while
+a source registered by class still reads. In a child process: a process's first SparkSession
+fixes its JVM's options for every later one."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -30,11 +31,15 @@ below_numpy = spark.range(5).filter(F.col("id") < F.lit(np.int64(3))).count()  #
 
 def worker_pool(batches):
     import pyarrow as pa
+    import pyspark
     for _ in batches:
-        yield pa.RecordBatch.from_pydict({"pool": [pa.default_memory_pool().backend_name]})
+        yield pa.RecordBatch.from_pydict({"pool": [pa.default_memory_pool().backend_name],
+                                          "pyspark": [pyspark.__file__]})
 
 import pyarrow as pa
-worker = spark.range(1).mapInArrow(worker_pool, "pool string").collect()[0].pool
+import pyspark
+worker_row = spark.range(1).mapInArrow(worker_pool, "pool string, pyspark string").collect()[0]
+worker = worker_row.pool
 
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
@@ -61,7 +66,7 @@ children = subprocess.run(["ps", "-ww", "-o", "args=", "--ppid", jvm_pid], captu
 print(json.dumps({"arguments": arguments, "rows": rows, "partitions": spark.conf.get("spark.sql.shuffle.partitions"),
                   "pools": [pa.default_memory_pool().backend_name, worker], "read": read,
                   "children": children.splitlines(), "pandas_in_driver": pandas_in_driver,
-                  "below_numpy": below_numpy}))
+                  "below_numpy": below_numpy, "pyspark": [pyspark.__file__, worker_row.pyspark]}))
 spark.stop()
 """
 
@@ -69,8 +74,11 @@ spark.stop()
 def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tmp_path):
     archive = tmp_path / "damaged.jsa"
     archive.write_bytes(b"not a class archive" * 1000)
+    # Its own cache directory, where the Python processes' launcher is made.
+    environ = dict(os.environ, SPARKCDC_CACHE_DIR=str(tmp_path / "cache"))
+    environ.pop("PYSPARK_PYTHON", None)
     done = subprocess.run([sys.executable, "-c", _CHILD, str(archive)], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     arguments = result["arguments"]
@@ -84,6 +92,9 @@ def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tm
     assert result["partitions"] == "3"  # --spark-conf goes over sparkcdc's own settings
     assert result["pools"] == [ARROW_MEMORY_POOL] * 2  # the driver's Arrow allocator and its workers
     assert result["read"] == [7]  # a data source registered by class is found and read
+    # The workers import the driver's compiled pyspark, not Spark's zip of its sources (python_launcher).
+    driver_pyspark, worker_pyspark = result["pyspark"]
+    assert worker_pyspark == driver_pyspark and "pyspark.zip" not in worker_pyspark
     children = result["children"]
     assert any("pyspark.daemon" in child for child in children), children  # the workers' daemons are seen
     assert not any("lookup_data_sources" in child for child in children), children

@@ -73,8 +73,10 @@ def test_no_java_no_archive(tmp_path):
 
 
 def test_the_cache_dir_defaults_to_xdg_then_home():
-    assert class_archive.cache_dir({"XDG_CACHE_HOME": "/x"}) == os.path.join("/x", "sparkcdc")
-    assert class_archive.cache_dir({"SPARKCDC_CACHE_DIR": "/y", "XDG_CACHE_HOME": "/x"}) == "/y"
+    from sparkcdc.pipeline.spark_session import cache_dir
+
+    assert cache_dir({"XDG_CACHE_HOME": "/x"}) == os.path.join("/x", "sparkcdc")
+    assert cache_dir({"SPARKCDC_CACHE_DIR": "/y", "XDG_CACHE_HOME": "/x"}) == "/y"
 
 
 def test_arrow_allocator_is_the_systems_unless_the_user_chose_one():
@@ -93,3 +95,40 @@ def test_arrow_allocator_is_the_systems_unless_the_user_chose_one():
         assert pa.default_memory_pool().backend_name == "mimalloc"
     finally:
         pa.set_memory_pool(before)
+
+
+def test_the_python_launcher_drops_sparks_zips_and_keeps_the_rest_of_the_path(tmp_path):
+    import subprocess
+    import sys
+
+    from sparkcdc.pipeline.spark_session import python_launcher
+
+    environ = {"SPARKCDC_CACHE_DIR": str(tmp_path)}
+    launcher = python_launcher("local[*]", environ)
+    assert launcher is not None and os.path.dirname(launcher) == str(tmp_path)
+    assert oct(os.stat(launcher).st_mode & 0o777) == "0o700"
+    assert python_launcher("local[2]", environ) == launcher  # made once
+    spark_lib = tmp_path / "spark" / "python" / "lib"
+    path = os.pathsep.join([str(spark_lib / "pyspark.zip"), str(spark_lib / "py4j-0.10.9.9-src.zip"),
+                            "/opt/a b/extra", "/opt/*/glob"])
+    done = subprocess.run([launcher, "-c", "import os, sys; print(os.environ.get('PYTHONPATH')); print(sys.executable)"],
+                          env=dict(os.environ, PYTHONPATH=path), capture_output=True, text=True, check=True)
+    kept, python = done.stdout.splitlines()
+    assert kept == "/opt/a b/extra:/opt/*/glob"  # spaces and a star pass as they are
+    assert python == sys.executable
+    only_zips = subprocess.run([launcher, "-c", "import os; print('PYTHONPATH' in os.environ)"],
+                               env=dict(os.environ, PYTHONPATH=str(spark_lib / "pyspark.zip")),
+                               capture_output=True, text=True, check=True)
+    assert only_zips.stdout.strip() == "False"
+
+
+def test_no_launcher_for_a_cluster_or_another_interpreter(tmp_path):
+    import sys
+
+    from sparkcdc.pipeline.spark_session import python_launcher
+
+    environ = {"SPARKCDC_CACHE_DIR": str(tmp_path)}
+    assert python_launcher("spark://127.0.0.1:7077", environ) is None  # the executors' machines
+    assert python_launcher("local[*]", dict(environ, PYSPARK_PYTHON="/usr/bin/python3-other")) is None
+    assert python_launcher("local[*]", dict(environ, PYSPARK_PYTHON=sys.executable)) is not None
+    assert os.listdir(tmp_path) == [os.path.basename(python_launcher("local", environ))]

@@ -24,14 +24,6 @@ import sys
 from typing import Mapping, Optional
 
 
-def cache_dir(environ: Mapping[str, str] = os.environ) -> str:
-    """$SPARKCDC_CACHE_DIR, else $XDG_CACHE_HOME/sparkcdc, else ~/.cache/sparkcdc."""
-    if environ.get("SPARKCDC_CACHE_DIR"):
-        return environ["SPARKCDC_CACHE_DIR"]
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "sparkcdc")
-
-
 def _java_executable(environ: Mapping[str, str]) -> Optional[str]:
     """The `java` Spark's launcher runs (bin/spark-class: $JAVA_HOME/bin/java, else PATH's)."""
     if environ.get("JAVA_HOME"):
@@ -58,6 +50,8 @@ def archive_path(environ: Mapping[str, str] = os.environ, spark_home: Optional[s
     """Where the archive for this JDK and this pyspark (`spark_home`, by default pyspark's
     directory) lives; None without a `java`."""
     import pyspark
+
+    from sparkcdc.pipeline.spark_session import cache_dir
 
     java = _java_executable(environ)
     if java is None or not os.path.exists(java):

@@ -13,10 +13,13 @@ _JAVA_OPTIONS or JDK_JAVA_OPTIONS.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shlex
+import subprocess
 import sys
+import tempfile
 from typing import Mapping, Optional
 
 from sparkcdc.pipeline.source import BinlogDataSource, PlannedBinlogSource
@@ -93,6 +96,72 @@ def use_arrow_memory_pool(environ=os.environ) -> str:
     return name
 
 
+def cache_dir(environ: Mapping[str, str] = os.environ) -> str:
+    """Where the session's made files are kept (the class archive, the Python launcher):
+    $SPARKCDC_CACHE_DIR, else $XDG_CACHE_HOME/sparkcdc, else ~/.cache/sparkcdc."""
+    if environ.get("SPARKCDC_CACHE_DIR"):
+        return environ["SPARKCDC_CACHE_DIR"]
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sparkcdc")
+
+
+# Spark puts $SPARK_HOME/python/lib/pyspark.zip (and py4j's zip) first on the path of every Python
+# process it starts (PythonUtils.sparkPythonPath), and Python compiles each module it imports from
+# a zip again at every start: ~1 s of CPU for pyspark in each fresh process. A changefeed's query
+# starts one (its streaming source runner) and a session several (the workers' daemons), so the
+# source was first asked ~1.8 s after a query started on a warm session (docs/benchmarks.md).
+# The launcher drops the two zips from PYTHONPATH, then runs this interpreter, which has the same
+# pyspark installed with its modules compiled once.
+_LAUNCHER = """#!/bin/sh
+# sparkcdc: runs {python} for Spark without pyspark.zip and py4j's zip on PYTHONPATH
+# (pipeline/spark_session.py, python_launcher).
+set -f
+kept=
+IFS=:
+for entry in $PYTHONPATH; do
+  case "$entry" in
+    */pyspark.zip|*/py4j-*-src.zip) ;;
+    *) kept="${{kept:+$kept:}}$entry" ;;
+  esac
+done
+unset IFS
+if [ -n "$kept" ]; then export PYTHONPATH="$kept"; else unset PYTHONPATH; fi
+exec {quoted} "$@"
+"""
+
+
+def python_launcher(master: str, environ: Mapping[str, str] = os.environ) -> Optional[str]:
+    """An executable that runs this interpreter for Spark's Python processes without the zips on
+    their path (see _LAUNCHER), made once in the cache directory; None where it does not apply:
+    a master other than local (the executors' machines have their own path), PYSPARK_PYTHON
+    naming another interpreter (which may have no pyspark of its own), no /bin/sh, or a cache
+    directory where it cannot be made."""
+    requested = environ.get("PYSPARK_PYTHON") or sys.executable
+    if not (master == "local" or master.startswith("local[")) or not os.path.exists("/bin/sh"):
+        return None
+    if os.path.abspath(requested) != os.path.abspath(sys.executable):
+        return None
+    text = _LAUNCHER.format(python=sys.executable, quoted=shlex.quote(sys.executable))
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = os.path.join(cache_dir(environ), f"python-{digest}")
+    if os.path.exists(path):
+        return path
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd, partial = tempfile.mkstemp(prefix=".python-", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+        os.chmod(partial, 0o700)
+        # A cache on a file system mounted noexec: keep Spark's own way.
+        subprocess.run([partial, "-c", "pass"], check=True, timeout=60, capture_output=True)
+        os.replace(partial, path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        log.info("Spark's Python processes import pyspark from its zip (no launcher in %s: %s)",
+                 os.path.dirname(path), exc)
+        return None
+    return path
+
+
 def skip_data_source_lookup(spark) -> bool:
     """Tells the driver JVM's DataSourceManager that it has already looked for installed Python
     data sources, so Spark never starts the Python daemon and worker that look (PySpark modules
@@ -157,8 +226,9 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
     archive for the driver JVM (class_archive.existing_archive())."""
     spark_conf = dict(spark_conf or {})
     java_options = driver_java_options(spark_conf.pop("spark.driver.extraJavaOptions", ""), class_archive)
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    launcher = python_launcher(master)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     arrow_pool = use_arrow_memory_pool()
     from pyspark.sql import SparkSession
 
@@ -189,7 +259,14 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
     )
     for key, value in spark_conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    # The SparkContext takes its Python processes' interpreter from PYSPARK_PYTHON when it starts.
+    python = os.environ["PYSPARK_PYTHON"]
+    if launcher is not None:
+        os.environ["PYSPARK_PYTHON"] = launcher
+    try:
+        spark = builder.getOrCreate()
+    finally:
+        os.environ["PYSPARK_PYTHON"] = python
     spark.sparkContext.setLogLevel("WARN")
     skip_data_source_lookup(spark)
     spark.dataSource.register(BinlogDataSource)
