@@ -146,6 +146,7 @@ def python_launcher(master: str, environ: Mapping[str, str] = os.environ) -> Opt
     path = os.path.join(cache_dir(environ), f"python-{digest}")
     if os.path.exists(path):
         return path
+    partial = None
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd, partial = tempfile.mkstemp(prefix=".python-", dir=os.path.dirname(path))
@@ -159,6 +160,9 @@ def python_launcher(master: str, environ: Mapping[str, str] = os.environ) -> Opt
         log.info("Spark's Python processes import pyspark from its zip (no launcher in %s: %s)",
                  os.path.dirname(path), exc)
         return None
+    finally:  # as class_archive.build: no half-made file stays behind
+        if partial is not None and os.path.exists(partial):
+            os.remove(partial)
     return path
 
 
