@@ -104,14 +104,15 @@ def output_rows(directory: str, protocol: str) -> int:
 
 
 def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int, sink_dir: str,
-                   protocol: str) -> tuple[float, float, int]:
-    """Seconds, CPU seconds and peak RSS of `server`'s process tree for one catch-up changefeed."""
+                   protocol: str, sink_params: tuple[str, ...] = ()) -> tuple[float, float, int]:
+    """Seconds, CPU seconds and peak RSS of `server`'s process tree for one catch-up changefeed;
+    `sink_params` are more `name=value` parameters of the sink URI."""
     sampler = PeakRSS(server.process.pid)
     cpu_before = tree_usage(server.process.pid)[0]
     sampler.start()
     began = time.monotonic()
     uri = (f"file://{sink_dir}?protocol={protocol}&enable-tidb-extension=true" if protocol == "canal-json"
-           else f"file://{sink_dir}?protocol=csv")
+           else f"file://{sink_dir}?protocol=csv") + "".join(f"&{param}" for param in sink_params)
     server.cli("changefeed", "create", "-c", name, "--start-ts", str(start_ts), "--sink-uri", uri)
     first = None  # seconds until the checkpoint first moved past start_ts
     while (checkpoint := server.checkpoint(name)) < end_ts:

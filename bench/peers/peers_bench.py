@@ -3,6 +3,7 @@
     .venv/bin/python bench/peers/peers_bench.py [--changes 100000] [--rounds 3]
         [--workload sysbench|single-row|wide|tables1000|tables10000]
         [--tools debezium,flink-cdc,mysql-replication,sparkcdc,sparkcdc-no-metrics] [--sparkcdc-start cold|warm]
+        [--sink-param flush-interval=2s]
 
 A private MariaDB gets one workload of bench/peers/workloads.py: sysbench-shaped rows (60% inserts
 in 100-row transactions, 30% updates, 10% deletes; bench/capture_bench.py's), the same as
@@ -141,6 +142,8 @@ def main() -> int:
     parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                         help="one more `sparkcdc server` argument for the sparkcdc runs, e.g. "
                              "--server-arg=--spark-conf --server-arg=spark.driver.memory=512m; repeatable")
+    parser.add_argument("--sink-param", action="append", default=[], metavar="NAME=VALUE",
+                        help="one more parameter of sparkcdc's file sink URI, e.g. flush-interval=2s; repeatable")
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if not tools or set(tools) - set(TOOLS):
@@ -205,7 +208,7 @@ def main() -> int:
                         scraper.start()
                     sink_dir = os.path.join(base, f"out-{tool}-{round_number}")
                     elapsed, cpu, peak = run_changefeed(server, f"peers-{round_number}", start_ts, end_ts, sink_dir,
-                                                        "canal-json")
+                                                        "canal-json", tuple(args.sink_param))
                     if scraper is not None:
                         scraper.done.set()
                     server.stop()
@@ -215,7 +218,10 @@ def main() -> int:
                         raise SystemExit(f"sparkcdc wrote {written} row changes, expected {rows}")
                     stores = ", ".join(f"{name} {os.path.getsize(os.path.join(data_dir, name)) / 2**20:,.1f} MiB"
                                        for name in sorted(os.listdir(data_dir)) if ".sqlite" in name)
-                    detail = f"{written} rows in the sink; {args.sparkcdc_start} start; stores: {stores}"
+                    files = sum(name.startswith("CDC") and name != "CDC.index"
+                                for _, _, names in os.walk(sink_dir) for name in names)
+                    detail = (f"{written} rows in {files} data files{''.join(' &' + p for p in args.sink_param)}; "
+                              f"{args.sparkcdc_start} start; stores: {stores}")
                     if scraper is not None:
                         detail += f"; /metrics scraped {scraper.scrapes} times"
                 results[tool].append((elapsed, cpu, peak))

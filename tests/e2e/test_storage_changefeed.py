@@ -170,3 +170,73 @@ def test_sigkill_mid_workload_loses_nothing(mariadb, tmp_path):
         stop_polling.set()
         server.stop()
     assert checkpoints == sorted(checkpoints), "metadata checkpoint-ts moved backwards"
+
+
+def test_flush_interval_holds_rows_across_batches_and_a_pause_does_not_repeat_them(server, mariadb, tmp_path):
+    """flush-interval=2s on a real changefeed: a second of single-row transactions, spread over
+    several micro-batches, lands in one data file, written while the upstream is idle (no DDL
+    after them to force it). Rows still held when the changefeed pauses are not written then: the
+    resumed changefeed writes them once, in a file of their own."""
+    database = "e2e_held"
+    root = str(tmp_path / "held")
+    config = tmp_path / "cf.toml"
+    config.write_text(f'[filter]\nrules = ["{database}.*"]\n')
+    conn = mariadb.connect()
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{database}`")
+        cur.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v VARCHAR(16))")
+    server.cli("changefeed", "create", "-c", "held", "--config", str(config),
+               "--sink-uri", f"file://{root}?protocol=canal-json&enable-tidb-extension=true&flush-interval=2s")
+    table_dir = os.path.join(root, database, "t")
+
+    def inserts_by_file() -> dict[str, list[str]]:
+        found = {}
+        for directory, _, names in os.walk(table_dir):
+            for name in sorted(n for n in names if n.startswith("CDC") and n.endswith(".json")):
+                with open(os.path.join(directory, name), encoding="utf-8") as handle:
+                    found[name] = [row["id"] for line in handle for row in (json.loads(line).get("data") or [])]
+        return found
+
+    def wait_for_ids(count: int) -> dict[str, list[str]]:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = inserts_by_file()
+            if sum(map(len, found.values())) >= count:
+                return found
+            time.sleep(0.2)
+        raise AssertionError(f"{count} rows not in {table_dir} within 60s: {inserts_by_file()}")
+
+    with conn.cursor() as cur:
+        for i in range(1, 11):
+            cur.execute(f"INSERT INTO `{database}`.t VALUES ({i}, 'a')")
+            time.sleep(0.1)
+    first = wait_for_ids(10)
+    assert list(first.values()) == [[str(i) for i in range(1, 11)]], first
+    assert checkpoint_ts(root) == server.checkpoint("held") > 0
+
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{database}`.t VALUES (11, 'b'), (12, 'b')")
+        cur.execute(f"UPDATE `{database}`.t SET v = 'c' WHERE id = 1")
+    time.sleep(1)  # read and held, not yet 2 s old
+    server.cli("changefeed", "pause", "-c", "held")
+    paused = inserts_by_file()
+    server.cli("changefeed", "resume", "-c", "held")
+    with conn.cursor() as cur:
+        cur.execute(f"INSERT INTO `{database}`.t VALUES (13, 'd')")
+    found = wait_for_ids(14)  # 13 inserts and the update of id 1
+    ids = sorted(int(i) for rows in found.values() for i in rows)
+    assert ids == sorted([*range(1, 14), 1]), f"each change written once: {found} (at the pause: {paused})"
+    rebuilt = wait_replicated_rows(root, database, 13)
+    expected = read_upstream_table(conn, database, "t")
+    assert not diff_tables(expected, {tuple(str(k) for k in key): row for key, row in rebuilt.items()})
+    server.cli("changefeed", "remove", "-c", "held")
+
+
+def wait_replicated_rows(root: str, database: str, count: int, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = rebuild_tables(root, "canal-json").get((database, "t"), {})
+        if len(rows) >= count:
+            return rows
+        time.sleep(0.5)
+    raise AssertionError(f"{database}.t has not {count} rows in {root} within {timeout}s")

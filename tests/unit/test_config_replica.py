@@ -42,7 +42,7 @@ file-size = 1048576
 def test_to_dict_is_snake_case_json_shape():
     d = replica_config_to_dict(ReplicaConfig())
     assert d["sink"]["csv"]["binary_encoding_method"] == "base64"
-    assert d["sink"]["cloud_storage_config"]["flush_interval"] == "5s"
+    assert d["sink"]["cloud_storage_config"]["flush_interval"] == ""
     assert d["filter"]["rules"] == ["*.*"]
 
 

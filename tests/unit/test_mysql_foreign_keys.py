@@ -176,6 +176,7 @@ class _OrderingSink(Sink):
 
     def write_checkpoint(self, ts):
         self.calls.append(("checkpoint", ts))
+        return ts
 
 
 def test_write_batch_hands_ordered_tables_over_unnetted_in_binlog_order():

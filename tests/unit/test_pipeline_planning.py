@@ -127,6 +127,7 @@ class RecordingSink(Sink):
 
     def write_checkpoint(self, ts):
         self.calls.append(("checkpoint", ts))
+        return ts
 
 
 def batch_table(rows):
@@ -170,6 +171,45 @@ def test_filtered_ddl_is_not_written_but_checkpoint_advances():
                 lambda s, t: s == "db", checkpoints.append)
     assert ("ddl", "CREATE TABLE t (id INT)") not in sink.calls
     assert checkpoints == [30]
+
+
+class HoldingSink(RecordingSink):
+    """A sink that holds rows across batches (the storage sink's flush-interval): it writes its
+    checkpoint only when the batch writer flushed it."""
+
+    holds_rows = True
+    flushed = False
+
+    def flush(self):
+        super().flush()
+        self.flushed = True
+
+    def write_checkpoint(self, ts):
+        covered, self.flushed = (ts if self.flushed else 0), False
+        self.calls.append(("checkpoint", covered))
+        return covered
+
+
+def test_a_sink_holding_rows_is_flushed_only_for_ddl_and_the_target_and_its_checkpoint_waits():
+    info = TableInfo("db", "t", 1, (ColumnInfo("id", "int", is_primary_key=True), ColumnInfo("v", "int")),
+                     1, ("id",))
+    ddl = DDLEvent(60, "db", "t", "ALTER TABLE t ADD c INT", "add column")
+    index = FakeIndex([], 90, ddls=[ddl], tables=[info])
+    sink, checkpoints = HoldingSink(), []
+    rows = batch_table([(20, 0, "db", "t", "insert", None, ["1", "0"]), (30, 5, "", "", RANGE_MARKER, None, None)])
+    write_batch(rows, index, sink, lambda s, t: True, checkpoints.append, target_ts=90)
+    assert sink.calls == [("rows", "t", [(20, 0)]), ("checkpoint", 0)] and checkpoints == []
+    write_batch(batch_table([(60, 30, "", "", RANGE_MARKER, None, None)]), index, sink, lambda s, t: True,
+                checkpoints.append, target_ts=90)
+    assert sink.calls[2:] == [("flush",), ("ddl", "ALTER TABLE t ADD c INT"), ("flush",), ("checkpoint", 60)]
+    assert checkpoints == [60]
+    sink.calls.clear()
+    write_batch(batch_table([(70, 0, "db", "t", "insert", None, ["2", "0"]), (80, 60, "", "", RANGE_MARKER, None, None)]),
+                index, sink, lambda s, t: True, checkpoints.append, target_ts=90)
+    assert sink.calls[-1] == ("checkpoint", 0) and checkpoints == [60]
+    write_batch(batch_table([(90, 80, "", "", RANGE_MARKER, None, None)]), index, sink, lambda s, t: True,
+                checkpoints.append, target_ts=90)
+    assert sink.calls[-2:] == [("flush",), ("checkpoint", 90)] and checkpoints == [60, 90]
 
 
 # BatchPacer and plan_next_batch's backlog flag: a backlog runs batch after batch, a caught-up

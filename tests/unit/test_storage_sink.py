@@ -179,6 +179,36 @@ def test_a_directory_removed_between_writes_is_made_again(tmp_path):
     assert not [n for n in os.listdir(day) if n.startswith(".")]  # no temp file left behind
 
 
+def test_flush_interval_holds_rows_across_checkpoints_until_the_oldest_has_waited_it(tmp_path):
+    """flush-interval=2s: the batches' rows wait in one buffer per table, the checkpoint with them,
+    until the first of them has waited 2 s; then one file holds them all and `metadata` covers it.
+    Rows still held at close are dropped: no checkpoint covers them, so the changefeed hands them
+    over again when it resumes."""
+    now = [NOW]
+    uri = f"file://{tmp_path}?protocol=canal-json&file-index-digit=6&flush-interval=2s"
+    sink = StorageSink(uri, sink_config("canal-json"), lambda: now[0])
+    assert sink.holds_rows
+    day = tmp_path / "db" / "all_types" / str(V) / "2024-03-01"
+    sink.write_rows(TABLE, [row(TS1, "insert", after=FULL)])
+    assert sink.write_checkpoint(TS1) == 0
+    now[0] += 1.5
+    sink.write_rows(TABLE, [row(TS2, "insert", after=with_id(FULL, "5"))])
+    assert sink.write_checkpoint(TS2) == 0
+    assert not day.exists() and not (tmp_path / "metadata").exists()
+    now[0] += 0.5
+    assert sink.write_checkpoint(TS2 + 1) == TS2 + 1
+    assert sorted(os.listdir(day)) == ["CDC000001.json", "meta"]
+    assert (day / "CDC000001.json").read_text().count('"type":"INSERT"') == 2
+    assert checkpoint_ts(str(tmp_path)) == TS2 + 1
+    assert sink.write_checkpoint(TS2 + 2) == TS2 + 2  # nothing held: the checkpoint moves at once
+    sink.write_rows(TABLE, [row(TS3, "insert", after=with_id(FULL, "6"))])
+    assert sink.write_checkpoint(TS3) == 0
+    sink.close()
+    assert sorted(os.listdir(day)) == ["CDC000001.json", "meta"] and checkpoint_ts(str(tmp_path)) == TS2 + 2
+    # Without flush-interval every checkpoint writes the batch's files.
+    assert not StorageSink(f"file://{tmp_path}?protocol=csv", sink_config("csv"), CLOCK).holds_rows
+
+
 # -- consumer round trip ----------------------------------------------------------------
 @pytest.mark.parametrize("protocol", ["csv", "canal-json"])
 def test_round_trip_with_pk_change_deletes_and_replays(tmp_path, protocol):

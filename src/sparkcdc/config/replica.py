@@ -25,7 +25,7 @@ class CSVConfig:
 @dataclass
 class CloudStorageConfig:
     worker_count: int = 16
-    flush_interval: str = "5s"
+    flush_interval: str = ""  # not set: a file per table each micro-batch (TiCDC's default is 5s)
     file_size: int = 67108864
     flush_concurrency: int = 1
     output_column_id: bool = False
@@ -288,6 +288,7 @@ _CHOICES: dict[tuple[type, str], tuple[str, ...]] = {}
 _RANGES: dict[tuple[type, str], tuple[int, int]] = {}
 # Go-duration fields and their inclusive bounds in seconds (None = unbounded).
 _DURATIONS: dict[tuple[type, str], tuple[float | None, float | None]] = {}
+_OPTIONAL_DURATIONS: set[tuple[type, str]] = set()  # "" means not set (TiCDC's nil pointer)
 
 # TiCDC keys we know but do not implement yet: accepted only when the value equals TiCDC's
 # default, so a config written for TiCDC never silently changes meaning here. A nested dict
@@ -316,6 +317,7 @@ def _init_rules() -> None:
     _DURATIONS[(ReplicaConfig, "sync_point_retention")] = (3600, None)
     _DURATIONS[(ReplicaConfig, "changefeed_error_stuck_duration")] = (1800, None)
     _DURATIONS[(CloudStorageConfig, "flush_interval")] = (2, 600)
+    _OPTIONAL_DURATIONS.add((CloudStorageConfig, "flush_interval"))
     _CHOICES[(ReplicaConfig, "bdr_role")] = ("", "primary", "secondary")
     _UNSUPPORTED[ReplicaConfig] = {
         "enable_table_monitor": False,
@@ -450,7 +452,7 @@ def _check_rules(cls: type, name: str, value: _Any, path: str) -> None:
     if bounds is not None and not bounds[0] <= value <= bounds[1]:
         raise _invalid(f"`{path}` is {value}; it must be between {bounds[0]} and {bounds[1]}")
     duration_bounds = _DURATIONS.get((cls, name))
-    if duration_bounds is not None:
+    if duration_bounds is not None and not (value == "" and (cls, name) in _OPTIONAL_DURATIONS):
         try:
             seconds = parse_go_duration(value)
         except ValueError:

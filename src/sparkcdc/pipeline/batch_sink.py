@@ -377,6 +377,7 @@ def write_batch(
     redo: BatchRedo | None = None,  # [consistent] level = "eventual": logged before the sink applies
     syncpoint: BatchSyncpoint | None = None,  # enable-sync-point
     snapshot: BatchSnapshot | None = None,  # [snapshot]: chunks placed into the batch
+    target_ts: int = 0,  # the changefeed's target-ts: the batch that reaches it leaves nothing held
 ) -> BatchResult | None:
     bounds = batch_bounds(table)
     if bounds is None:
@@ -435,7 +436,10 @@ def write_batch(
             sink.write_ordered(ordered)
             written += sum(len(transaction.changes) for transaction in ordered)
     handed = time.monotonic()
-    sink.flush()
+    # A sink that holds rows across batches (sink.holds_rows) writes them when its interval is up,
+    # unless a DDL, a snapshot chunk or the changefeed's end needs them downstream now.
+    if not sink.holds_rows or ddls or placements or (target_ts and end >= target_ts):
+        sink.flush()
     flushed = time.monotonic()
     if ddl_error is not None:
         raise ddl_error
@@ -458,11 +462,12 @@ def write_batch(
         position = index.position_at(end)
         syncpoint.record(end, str(position) if position is not None else None)
     checkpointing = time.monotonic()
-    sink.write_checkpoint(end)
+    covered = sink.write_checkpoint(end)  # `end`, or 0 while the sink holds rows of this batch
     checkpointed = time.monotonic()
-    on_checkpoint(end)
-    if redo is not None:
-        redo.checkpoint(end)
+    if covered:
+        on_checkpoint(covered)
+        if redo is not None:
+            redo.checkpoint(covered)
     return BatchResult(start, end, written, len(ddls), write_seconds=handed - began,
                        flush_seconds=(flushed - handed) + (checkpointed - checkpointing),
                        ddl_seconds=ddl_done - flushed, bytes_written=sink.bytes_written - bytes_before)

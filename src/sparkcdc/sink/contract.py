@@ -7,6 +7,10 @@ the changefeed stops. A sink makes its writes durable by the `flush` before the 
 checkpoint is the resume point), and takes a replayed batch again without harm: delivery is
 at-least-once. A sink may take some tables' rows in binlog order instead (`keeps_binlog_order`,
 `write_ordered`, before the `flush`): the MySQL sink, for tables linked by cascading foreign keys.
+A sink may hold rows across batches (`holds_rows`: the storage sink with `flush-interval`, as
+TiCDC's): the writer then skips the first `flush` unless the batch has DDL, snapshot chunks or
+reaches the changefeed's target-ts, and records the checkpoint `write_checkpoint` returns, 0 while
+the rows are held.
 """
 
 from __future__ import annotations
@@ -73,13 +77,21 @@ class Sink(ABC):
         registry counts; 0 only for test sinks."""
         return 0
 
+    @property
+    def holds_rows(self) -> bool:
+        """Whether the sink keeps rows across batches and decides in `write_checkpoint` when to
+        write them (module docstring). False by default: every batch is flushed."""
+        return False
+
     @abstractmethod
     def flush(self) -> None:
         """Everything written so far is durable downstream when this returns."""
 
     @abstractmethod
-    def write_checkpoint(self, ts: int) -> None:
-        """Every change up to `ts` is downstream (called after `flush`)."""
+    def write_checkpoint(self, ts: int) -> int:
+        """Every change up to `ts` has been handed over (after `flush`, unless `holds_rows`).
+        Returns the checkpoint now durable downstream: `ts`, or 0 when a sink that holds rows
+        kept them (the changefeed's checkpoint then stays where it was)."""
 
     def close(self) -> None:
         """Release connections and threads; nothing to release by default."""

@@ -24,8 +24,9 @@ class RecordingSink(Sink):
     def flush(self) -> None:
         pass
 
-    def write_checkpoint(self, ts: int) -> None:
+    def write_checkpoint(self, ts: int) -> int:
         self.checkpoints.append(ts)
+        return ts
 
     def tables_written(self) -> set[tuple[str, str]]:
         """(schema, table) of every row written."""

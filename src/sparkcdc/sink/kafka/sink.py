@@ -282,15 +282,16 @@ class KafkaSink(Sink):
             self._produce(topic, partition, message)
         self.flush()
 
-    def write_checkpoint(self, ts: int) -> None:
+    def write_checkpoint(self, ts: int) -> int:
         message = self._encoder.encode_checkpoint(ts)
         if message is None:
-            return
+            return ts
         self.flush()  # the data a checkpoint covers is delivered before it
         for topic, partitions in list(self._partitions.items()):
             for partition in range(partitions):
                 self._produce(topic, partition, message)
         self.flush()
+        return ts
 
     def flush(self) -> None:
         """Wait for every acknowledgement; fail (a retryable error: the changefeed restarts from its

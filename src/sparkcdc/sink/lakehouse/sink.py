@@ -174,7 +174,7 @@ class LakehouseSink(Sink):
     def flush(self) -> None:
         """Nothing to do: rows are committed with their batch's commit-ts (module docstring)."""
 
-    def write_checkpoint(self, ts: int) -> None:
+    def write_checkpoint(self, ts: int) -> int:
         with _table_errors(f"committing the batch ending at {ts}"):
             committed = self._commit(ts)
         if committed:
@@ -182,6 +182,7 @@ class LakehouseSink(Sink):
             if (armed := failpoint.value(KILL_AFTER_LAKE_COMMIT)) is not None and self._committed_batches == int(armed):
                 failpoint.kill_process_group(KILL_AFTER_LAKE_COMMIT, f"after lakehouse batch {armed}'s table commits, "
                                                                      "before its checkpoint")
+        return ts
 
     def close(self) -> None:
         self._pending.clear()

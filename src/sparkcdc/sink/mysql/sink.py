@@ -505,8 +505,9 @@ class MySQLSink(Sink):
         self.detector.wait_idle()
         self._raise_if_failed()
 
-    def write_checkpoint(self, ts: int) -> None:
-        """Nothing to do: a MySQL downstream keeps no checkpoint (TiCDC's neither)."""
+    def write_checkpoint(self, ts: int) -> int:
+        """Nothing to write: a MySQL downstream keeps no checkpoint (TiCDC's neither)."""
+        return ts
 
     # -- DDL -------------------------------------------------------------------------------
 

@@ -55,7 +55,9 @@ class StorageTarget:
 
     @property
     def flush_interval_seconds(self) -> float:
-        return parse_duration(self.sink.cloud_storage_config.flush_interval)
+        """How long rows may wait for their file; 0 when flush-interval is not set (every batch)."""
+        interval = self.sink.cloud_storage_config.flush_interval
+        return parse_duration(interval) if interval else 0.0
 
     @property
     def is_local(self) -> bool:

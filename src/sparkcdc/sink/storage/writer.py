@@ -107,6 +107,10 @@ class StorageSink(Sink):
         # batch of thousands of small files).
         self._temp_tag = uuid.uuid4().hex[:16]
         self._temp_numbers = itertools.count()
+        # flush-interval: rows wait in the buffers across batches until the oldest has waited
+        # this long (TiCDC's); 0 writes every batch's files at its checkpoint.
+        self._flush_interval = self.target.flush_interval_seconds
+        self._held_since: Optional[float] = None  # the clock when the buffers last got rows after a flush
 
     # -- paths and IO ---------------------------------------------------------------------
     def _path(self, relative: str) -> str:
@@ -305,6 +309,8 @@ class StorageSink(Sink):
         single-row transactions was ~1 µs each that way)."""
         key = (table.schema, table.table, table.version)
         file_size = self.sink.cloud_storage_config.file_size
+        if self._held_since is None and encoded:
+            self._held_since = self._clock()
         ends = list(accumulate(map(len, encoded)))  # bytes up to and including each transaction
         start = 0
         while start < len(encoded):
@@ -320,8 +326,14 @@ class StorageSink(Sink):
                 self._write_buffer(key)
             start = stop
 
+    @property
+    def holds_rows(self) -> bool:
+        """With flush-interval set, rows wait across batches (write_checkpoint)."""
+        return self._flush_interval > 0
+
     def flush(self) -> None:
         """Write every buffered row into complete data files, worker-count tables at a time."""
+        self._held_since = None
         keys = list(self._buffers)
         workers = min(self.sink.cloud_storage_config.worker_count, len(keys))
         if workers <= 1:
@@ -334,11 +346,14 @@ class StorageSink(Sink):
                 future.result()
 
     # -- checkpoint -----------------------------------------------------------------------
-    def write_checkpoint(self, ts: int) -> None:
-        """Record the storage checkpoint; it never moves backwards.
+    def write_checkpoint(self, ts: int) -> int:
+        """Record the storage checkpoint; it never moves backwards. Returns `ts`, or 0 when
+        flush-interval holds the buffered rows: none has waited that long yet.
 
         Buffered rows are flushed first, so `metadata` never covers data that is not durable.
         """
+        if self._held_since is not None and 0 <= self._clock() - self._held_since < self._flush_interval:
+            return 0
         self.flush()
         self._cleanup_once_a_day(ts)
         raw = self._read(METADATA_FILE)
@@ -348,8 +363,9 @@ class StorageSink(Sink):
             except (ValueError, AttributeError):
                 current = 0
             if current >= ts:
-                return
+                return ts
         self._write_atomic(METADATA_FILE, ('{"checkpoint-ts":%d}' % ts).encode())
+        return ts
 
     # -- file-expiration-days -------------------------------------------------------------
     def cleanup_expired_files(self, checkpoint_ts: int) -> int:
@@ -389,6 +405,13 @@ class StorageSink(Sink):
             self._last_cleanup_day = today
 
     def close(self) -> None:
+        """Flush the buffers, except rows flush-interval holds: no checkpoint covers them, so the
+        changefeed hands them over again when it resumes, and writing them now would only make
+        files that repeat them."""
         if not self._closed:
-            self.flush()
+            if self.holds_rows:
+                self._buffers.clear()
+                self._held_since = None
+            else:
+                self.flush()
             self._closed = True
