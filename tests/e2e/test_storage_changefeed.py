@@ -188,8 +188,9 @@ def test_flush_interval_holds_rows_across_batches_and_a_pause_does_not_repeat_th
     server.cli("changefeed", "create", "-c", "held", "--config", str(config),
                "--sink-uri", f"file://{root}?protocol=canal-json&enable-tidb-extension=true&flush-interval=2s")
     table_dir = os.path.join(root, database, "t")
+    start_ts = server.checkpoint("held")
 
-    def inserts_by_file() -> dict[str, list[str]]:
+    def inserts_by_file(table_dir: str = table_dir) -> dict[str, list[str]]:
         found = {}
         for directory, _, names in os.walk(table_dir):
             for name in sorted(n for n in names if n.startswith("CDC") and n.endswith(".json")):
@@ -212,7 +213,21 @@ def test_flush_interval_holds_rows_across_batches_and_a_pause_does_not_repeat_th
             time.sleep(0.1)
     first = wait_for_ids(10)
     assert list(first.values()) == [[str(i) for i in range(1, 11)]], first
-    assert checkpoint_ts(root) == server.checkpoint("held") > 0
+    assert checkpoint_ts(root) == server.checkpoint("held") > start_ts
+
+    # The batch that reaches target-ts writes what it holds: the changefeed finishes long before
+    # its 10-minute flush-interval.
+    target_ts, target_root = server.checkpoint("held"), str(tmp_path / "target")
+    server.cli("changefeed", "create", "-c", "held-target", "--config", str(config), "--start-ts", str(start_ts),
+               "--target-ts", str(target_ts), "--sink-uri",
+               f"file://{target_root}?protocol=canal-json&enable-tidb-extension=true&flush-interval=10m")
+    deadline = time.monotonic() + 60
+    while server.query("held-target")["state"] != "finished" and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert server.query("held-target")["state"] == "finished"
+    assert list(inserts_by_file(os.path.join(target_root, database, "t")).values()) == list(first.values())
+    assert checkpoint_ts(target_root) == target_ts
+    server.cli("changefeed", "remove", "-c", "held-target")
 
     with conn.cursor() as cur:
         cur.execute(f"INSERT INTO `{database}`.t VALUES (11, 'b'), (12, 'b')")

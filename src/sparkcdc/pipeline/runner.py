@@ -521,7 +521,8 @@ class ChangefeedRunner:
                 writing = time.monotonic()
                 try:
                     result = write_batch(table, index, sink, table_filter.match_event, on_checkpoint,
-                                         split_updates, filters, ddl_policy, redo, syncpoint, snapshot)
+                                         split_updates, filters, ddl_policy, redo, syncpoint, snapshot,
+                                         target_ts)
                 except BaseException:
                     if changefeed_metrics is not None:
                         changefeed_metrics.record_sink_error()
