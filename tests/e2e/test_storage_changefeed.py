@@ -241,17 +241,8 @@ def test_flush_interval_holds_rows_across_batches_and_a_pause_does_not_repeat_th
     found = wait_for_ids(14)  # 13 inserts and the update of id 1
     ids = sorted(int(i) for rows in found.values() for i in rows)
     assert ids == sorted([*range(1, 14), 1]), f"each change written once: {found} (at the pause: {paused})"
-    rebuilt = wait_replicated_rows(root, database, 13)
-    expected = read_upstream_table(conn, database, "t")
-    assert not diff_tables(expected, {tuple(str(k) for k in key): row for key, row in rebuilt.items()})
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{database}`.finish_mark (id INT PRIMARY KEY)")
+        cur.execute(f"INSERT INTO `{database}`.finish_mark VALUES (1)")
+    assert_tables_equal(conn, database, wait_replicated(root, "canal-json", database, 1), ["t"])
     server.cli("changefeed", "remove", "-c", "held")
-
-
-def wait_replicated_rows(root: str, database: str, count: int, timeout: float = 60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        rows = rebuild_tables(root, "canal-json").get((database, "t"), {})
-        if len(rows) >= count:
-            return rows
-        time.sleep(0.5)
-    raise AssertionError(f"{database}.t has not {count} rows in {root} within {timeout}s")
