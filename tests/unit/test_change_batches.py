@@ -89,7 +89,7 @@ def test_tables_of_orders_groups_and_drops_the_marker():
     from sparkcdc.pipeline.batch_sink import tables_of
 
     def rows_by_table(batch: pa.Table) -> dict:
-        return {(rows.schema, rows.table): rows.changes() for rows in tables_of(batch)}
+        return {(rows.schema, rows.table): rows.changes() for rows in tables_of(batch)[1]}
 
     builder = PythonBatchBuilder()
     builder.add_changes([
@@ -124,9 +124,11 @@ def test_tables_of_groups_any_batch_like_a_stable_sort(changes, order):
     expected: dict = {}
     for _, change in sorted(enumerate(changes), key=lambda p: (p[1].commit_ts, p[1].seq, p[0])):
         expected.setdefault(("db", change.table), []).append(change)
-    grouped = tables_of(pa.Table.from_batches([marker_batch(0, 3), builder.finish()]))
+    sorted_rows, grouped = tables_of(pa.Table.from_batches([marker_batch(0, 3), builder.finish()]))
     assert {(rows.schema, rows.table): rows.changes() for rows in grouped} == expected
     assert [(rows.schema, rows.table) for rows in grouped] == list(expected)
+    # Each table's rows are its run of the sorted rows, where `low` says.
+    assert all(sorted_rows.slice(rows.low, rows.rows.num_rows).equals(rows.rows) for rows in grouped)
 
 
 def test_change_batch_from_native_buffers_equals_the_reference_builder():

@@ -15,7 +15,7 @@ from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.model.events import ColumnInfo, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.pipeline.batch_sink import tables_of, write_batch
-from sparkcdc.pipeline.netting import transactions_netting_changes
+from sparkcdc.pipeline.netting import rows_to_rewrite
 from sparkcdc.pipeline.snapshot import Placement
 from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.schema.rules import DDLPolicy
@@ -236,7 +236,7 @@ def test_a_transaction_over_two_batches_and_file_size_cuts(tmp_path):
 def test_tables_in_first_appearance_order():
     changes = [ins(2, "uk", ("1", "1", "t"), 1), ins(2, "pk", ("1", "a", None), 0), ins(1, "nokey", ("1", "p"), 0),
                ins(2, "nokey", ("2", "p"), 2)]
-    groups = tables_of(batch(0, ts(2), changes))
+    _, groups = tables_of(batch(0, ts(2), changes))
     assert [g.table for g in groups] == ["nokey", "pk", "uk"]
     assert [c.seq for c in groups[0].changes()] == [0, 2]
 
@@ -311,16 +311,7 @@ class OneChunk:
         self.placed_ts += [placement.commit_ts for placement in placements]
 
 
-def test_snapshot_chunks_are_not_checked_for_netting(tmp_path, monkeypatch):
-    import sparkcdc.pipeline.batch_sink as batch_sink
-
-    checked = []
-
-    def recording(info, commit_ts, *columns):
-        checked.extend(commit_ts.to_pylist())
-        return transactions_netting_changes(info, commit_ts, *columns)
-
-    monkeypatch.setattr(batch_sink, "transactions_netting_changes", recording)
+def test_snapshot_chunks_are_written_as_columns_unless_the_sink_marks_them(tmp_path):
     # The chunk's rows as the reader gives them (commit_ts is the read's chunk number); a stream
     # transaction before its place that netting changes (it moves the key), one after that it keeps.
     chunk = OneChunk([RowChange(0, "db", "pk", "insert", None, (str(i), f"c{i}", "x"), i) for i in range(1, 6)],
@@ -339,7 +330,37 @@ def test_snapshot_chunks_are_not_checked_for_netting(tmp_path, monkeypatch):
     assert sink.arrow_rows == 2 + 5  # the chunk and the last transaction as columns; the key move the RowChange way
     assert sink.change_rows > 0
     assert chunk.placed_ts == [ts(2) + 1, ts(2) + 1]  # once per sink
-    assert set(checked) == {ts(1), ts(3)}  # the stream's transactions only, never the chunk's
+
+
+def test_snapshot_rows_are_never_checked_for_netting_or_split():
+    """Rows at a snapshot commit-ts are not checked: even a key on two of them and a key-moving
+    update (which a chunk never has) keep them columnar, unless the sink marks snapshot rows."""
+    changes = [ins(1, "pk", ("1", "a", "x"), 0), ins(1, "pk", ("1", "a", "y"), 1),
+               upd(1, "pk", ("2", "b", "x"), ("3", "b", "x"), 2),
+               ins(2, "pk", ("4", "d", None), 0), ins(2, "pk", ("4", "d", "z"), 1)]
+    rows, [table] = tables_of(batch(0, ts(2), changes))
+    tables = [(PK, table.low, table.low + table.rows.num_rows)]
+    expected = [False, True, True, True, True, True]  # the range marker first, then both transactions
+    assert list(rows_to_rewrite(rows, tables, True)) == expected
+    assert list(rows_to_rewrite(rows, tables, True, frozenset({ts(1)}))) == [False] * 4 + [True, True]
+    assert list(rows_to_rewrite(rows, tables, True, frozenset({ts(1)}), marks_snapshot=True)) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), split_updates=st.booleans())
+def test_rows_to_rewrite_reads_chunked_and_sliced_columns_alike(data, split_updates):
+    """The batch as Spark hands it over (several record batches, slices of larger ones) gives the
+    same answer as one contiguous batch."""
+    tables_batches = transactions_in_batches(data.draw, _change, 8)
+    rows, groups = tables_of(pa.concat_tables(tables_batches))
+    tables = [(TABLES[group.table], group.low, group.low + group.rows.num_rows) for group in groups]
+    whole = rows_to_rewrite(rows.combine_chunks(), tables, split_updates)
+    cuts = sorted(set(data.draw(st.lists(st.integers(0, rows.num_rows), max_size=4))) | {0, rows.num_rows})
+    padded = [pa.concat_tables([rows.slice(0, 1), rows.slice(low, high - low)]).combine_chunks().slice(1)
+              for low, high in zip(cuts, cuts[1:])]  # each piece a slice whose list offsets do not start at 0
+    chunked = pa.Table.from_batches([b for piece in padded for b in piece.to_batches()], rows.schema)
+    assert chunked.num_rows == rows.num_rows
+    assert list(rows_to_rewrite(chunked, tables, split_updates)) == list(whole)
 
 
 def test_transaction_pieces_end_at_transaction_boundaries():

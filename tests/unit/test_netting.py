@@ -68,24 +68,3 @@ def test_insert_then_pk_change_is_one_insert_of_the_new_key():
     rows = [RowChange(1, "db", "t", "insert", None, ("107", "a"), 0),
             RowChange(1, "db", "t", "update", ("107", "a"), ("108", "a"), 1)]
     assert net_changes_per_key(TABLE, rows) == [RowChange(1, "db", "t", "insert", None, ("108", "a"), 1)]
-
-
-# No deadline: the first example pays Arrow's one-time set-up of its group_by (~0.6 s).
-@settings(deadline=None)
-@given(keys=st.lists(st.one_of(st.none(), st.sampled_from(["1", "2", "3", "é", "E"])), min_size=1, max_size=8),
-       second_key=st.booleans(), two_transactions=st.booleans())
-def test_keys_on_two_rows_are_found_alike_by_the_distinct_count_and_the_group_by(keys, second_key, two_transactions):
-    """pipeline/netting._keys_on_two_rows counts distinct keys for one transaction keyed by one
-    column and groups otherwise: both name the same transactions."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from sparkcdc.pipeline.netting import _keys_on_two_rows
-
-    commit_ts = pa.array([10 if two_transactions and i >= len(keys) // 2 else 5 for i in range(len(keys))], pa.int64())
-    columns = {"commit_ts": commit_ts, "key0": pa.array(keys, pa.string())}
-    if second_key:
-        columns["key1"] = pa.array(["x"] * len(keys))
-    grouped = pa.table(columns).group_by(list(columns)).aggregate([([], "count_all")])
-    expected = set(grouped["commit_ts"].filter(pc.greater(grouped["count_all"], 1)).to_pylist())
-    assert set(_keys_on_two_rows(commit_ts, columns).to_pylist()) == expected

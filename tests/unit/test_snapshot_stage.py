@@ -92,7 +92,7 @@ def test_chunk_goes_right_after_the_last_transaction_its_read_saw(index):
     [placement] = snapshot.placements(100, 300)
     assert placement.commit_ts == 201  # after 200, before 202
     merged = snapshot.merge(pa.concat_tables([pa.Table.from_batches([marker_batch(100, 300)]), rows(0)]), [placement])
-    [table] = tables_of(merged)
+    _, [table] = tables_of(merged)
     assert table.rows["commit_ts"].to_pylist() == [201] * 3
 
 
@@ -106,7 +106,7 @@ def test_chunks_after_the_same_transaction_stay_in_commit_order(index):
     assert [p.commit_ts for p in placements] == [201, 201]
     merged = snapshot.merge(pa.Table.from_batches([marker_batch(100, 300)]), placements)
     assert merged["seq"].to_pylist()[1:] == [0, 1, 2, 3, 4]
-    [table] = tables_of(merged)
+    _, [table] = tables_of(merged)
     assert table.rows["after"].to_pylist() == [["0", "x"], ["1", "x"], ["2", "x"], ["0", "x"], ["1", "x"]]
 
 

@@ -18,7 +18,8 @@ and the MySQL sink: `Sink.accepts_arrow`, `write_arrow`) gets every transaction 
 update split and the filters would pass unchanged as columns, encoded or rendered without a
 Python object per row; only the other transactions (in a transaction of two or more rows a key
 touched twice or a key-moving or no-op update; a key change the sink splits; a filtered or
-projected table), and every row for other sinks or with a redo log, become RowChanges.
+projected table), and every row for other sinks or with a redo log, become RowChanges. Which
+transactions those are is found for all the batch's tables at once (netting.rows_to_rewrite).
 
 A sink may want some tables' rows in binlog order instead (`Sink.keeps_binlog_order`: the MySQL
 sink's tables linked by cascading foreign keys, sink/mysql/foreign_keys.py): those are not
@@ -40,11 +41,11 @@ import pyarrow.compute as pc
 
 from sparkcdc import failpoint
 from sparkcdc.filter.change_filters import ChangeFilters
-from sparkcdc.model.change_batch import OP_CODES, OP_NAMES, RANGE_MARKER, batch_bounds, runs_of_equal
+from sparkcdc.model.change_batch import RANGE_MARKER, batch_bounds, runs_of_equal
 from sparkcdc.model.events import DDLEvent, OrderedTransaction, RowChange, TableInfo
 from sparkcdc.model.netting import net_changes_per_key
-from sparkcdc.pipeline.netting import transactions_netting_changes
-from sparkcdc.pipeline.update_split import split_key_updates, transactions_split_changes
+from sparkcdc.pipeline.netting import rows_to_rewrite
+from sparkcdc.pipeline.update_split import split_key_updates
 from sparkcdc.schema.bdr import bdr_ddls
 from sparkcdc.schema.rules import DDLPolicy, replicated_ddls
 from sparkcdc.sink.contract import Sink
@@ -74,6 +75,7 @@ class TableRows:
     schema: str
     table: str
     rows: pa.Table
+    low: int = 0  # where `rows` begins in the batch's sorted rows (tables_of)
 
     def changes(self, snapshot_ts: frozenset[int] = frozenset()) -> list[RowChange]:
         return _row_changes(self.schema, self.table, self.rows, snapshot_ts)
@@ -95,11 +97,12 @@ def _in_order(codes: np.ndarray, commit_ts: np.ndarray, seq: np.ndarray) -> bool
                        | (same_code & same_ts & (seq[1:] >= seq[:-1]))))
 
 
-def tables_of(batch: pa.Table) -> list[TableRows]:
-    """The batch's row changes per table, range markers dropped, tables in the order each first
+def tables_of(batch: pa.Table) -> tuple[pa.Table, list[TableRows]]:
+    """The batch's rows (`_ROW_COLUMNS`) sorted by table and (commit_ts, seq), range markers
+    first, and its row changes per table, each a slice of those, tables in the order each first
     appears in (commit_ts, seq) order."""
     if batch.num_rows == 0:
-        return []
+        return batch.select(_ROW_COLUMNS), []
     schemas = pc.dictionary_encode(batch["schema_name"].combine_chunks())
     names = pc.dictionary_encode(batch["table_name"].combine_chunks())
     width = max(len(names.dictionary), 1)
@@ -122,8 +125,8 @@ def tables_of(batch: pa.Table) -> list[TableRows]:
             first = low if order is None else order[low].as_py()  # a stable sort: ties keep batch order
             groups.append(((keys["commit_ts"][first].as_py(), keys["seq"][first].as_py(), first),
                            TableRows(schemas.dictionary[table_code // width].as_py(),
-                                     names.dictionary[table_code % width].as_py(), rows.slice(low, high - low))))
-    return [table_rows for _, table_rows in sorted(groups, key=lambda group: group[0])]
+                                     names.dictionary[table_code % width].as_py(), rows.slice(low, high - low), low)))
+    return rows, [table_rows for _, table_rows in sorted(groups, key=lambda group: group[0])]
 
 
 class BatchRedo(Protocol):
@@ -270,31 +273,27 @@ def _planned_rows(info: TableInfo, rows: list[RowChange], split_updates: bool,
 
 
 def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updates: bool,
-                 filters: ChangeFilters | None, snapshot_ts: frozenset[int] = frozenset()) -> int:
+                 filters: ChangeFilters | None, snapshot_ts: frozenset[int] = frozenset(),
+                 rewritten: np.ndarray | None = None) -> int:
     """Write one table's rows; returns how many the sink got.
 
-    Transactions that netting, update split and the filters would pass unchanged go to an
-    Arrow-accepting sink as columns, never becoming RowChanges; the rest take the RowChange path,
-    and so do snapshot rows (commit-ts in `snapshot_ts`) for a sink that marks them. The rows go
-    in pieces of whole transactions of about WRITE_PIECE_ROWS (docstring there).
+    `rewritten` (netting.rows_to_rewrite, per row of the table), when the sink takes Arrow
+    columns, names the rows whose transactions netting, update split or the filters would change,
+    or snapshot rows the sink marks: those take the RowChange path, the others go as columns,
+    never becoming RowChanges. The rows go in pieces of whole transactions of about
+    WRITE_PIECE_ROWS (docstring there).
     """
-    if not sink.accepts_arrow or (filters is not None and filters.changes_rows_of(info)):
+    if rewritten is None or (filters is not None and filters.changes_rows_of(info)):
         planned_info, changes = _planned_rows(info, table_rows.changes(snapshot_ts), split_updates, filters)
         sink.write_rows(planned_info, changes)
         return len(changes)
     rows = table_rows.rows
-    snapshot_values = pa.array(sorted(snapshot_ts), pa.int64()) if snapshot_ts else None
     written = 0
     for first, last in transaction_pieces(rows["commit_ts"].to_numpy(), WRITE_PIECE_ROWS, snapshot_ts):
         piece = rows.slice(first, last - first)
         columns = [piece[c].combine_chunks() for c in ("commit_ts", "op", "before", "after")]
-        copied = pc.is_in(columns[0], value_set=snapshot_values) if snapshot_values is not None else None
-        rewritten = _transactions_rewritten(info, *columns, split_updates, copied)
-        if copied is not None and sink.marks_snapshot_rows:
-            rewritten = pc.or_(rewritten, copied)
-        rewritten = rewritten.to_numpy(zero_copy_only=False)
-        for low, high in runs_of_equal(rewritten):
-            if rewritten[low]:
+        for low, high in runs_of_equal(rewritten[first:last]):
+            if rewritten[first + low]:
                 run = piece.slice(low, high - low)
                 planned_info, changes = _planned_rows(info, _row_changes(table_rows.schema, table_rows.table, run,
                                                                          snapshot_ts), split_updates, filters)
@@ -327,44 +326,6 @@ def transaction_pieces(commit_ts: np.ndarray, rows: int, copied: frozenset[int] 
     return pieces
 
 
-# Per op code (model.change_batch.OP_CODES), whether the op has a before and an after image.
-_HAS_BEFORE = np.array([op != "insert" for op in sorted(OP_CODES, key=OP_CODES.get)])
-_HAS_AFTER = np.array([op != "delete" for op in sorted(OP_CODES, key=OP_CODES.get)])
-
-
-def _transactions_rewritten(info: TableInfo, commit_ts: pa.Array, ops: pa.Array, before: pa.Array,
-                            after: pa.Array, split_updates: bool, copied: pa.Array | None = None) -> pa.Array:
-    """Per row, whether its transaction must take the RowChange path: netting or update split
-    would change it, or a row is malformed (the RowChange path reports that). Rows where `copied`
-    is true are a snapshot's chunks (inserts of distinct chunk-key values at commit-ts of their
-    own): neither would change them, so they are not checked, which spares a chunk-sized
-    group-by of keys per chunk."""
-    if not _well_formed(ops, before, after, len(info.columns)):
-        return pa.array(np.ones(len(ops), dtype=bool))  # the checks below need well-formed images
-    checked = (commit_ts, ops, before, after)
-    if copied is not None:
-        streamed = pc.invert(copied)
-        checked = tuple(column.filter(streamed) for column in checked)
-    changed = [transactions_netting_changes(info, *checked)] if len(checked[0]) else []
-    if split_updates and len(checked[0]):
-        changed.append(transactions_split_changes(info, *checked))
-    return pc.is_in(commit_ts, value_set=pa.concat_arrays(changed) if changed else pa.array([], pa.int64()))
-
-
-def _well_formed(ops: pa.Array, before: pa.Array, after: pa.Array, width: int) -> bool:
-    """Whether every row has a known op and exactly the images it has (each one value per
-    column)."""
-    codes = pc.index_in(ops, value_set=OP_NAMES)
-    if codes.null_count:
-        return False
-    codes = codes.to_numpy()
-    for images, present in ((before, _HAS_BEFORE[codes]), (after, _HAS_AFTER[codes])):
-        lengths = pc.fill_null(pc.list_value_length(images), -1).to_numpy()  # -1: no image
-        if not np.array_equal(lengths, np.where(present, width, -1)):
-            return False
-    return True
-
-
 def write_batch(
     table: pa.Table,
     index: TxnIndex,
@@ -395,20 +356,31 @@ def write_batch(
     written = 0
     planned: list[tuple[TableInfo, list[RowChange]]] = []
     in_binlog_order: list[tuple[TableInfo, list[RowChange]]] = []
-    for table_rows in tables_of(table):
+    sorted_rows, tables = tables_of(table)
+    replicated: list[tuple[TableInfo, TableRows, bool]] = []  # and whether the sink keeps its binlog order
+    for table_rows in tables:
         info = index.table_info_at(table_rows.schema, table_rows.table, start)
         if info is None:
             raise RuntimeError(f"no table info for {table_rows.schema}.{table_rows.table} at {start}")
-        if not info.is_eligible(ddl_policy.force_replicate):
-            continue  # the source does not decode such tables either (planning.replicated_tables)
-        if sink.keeps_binlog_order(info):
+        if info.is_eligible(ddl_policy.force_replicate):  # else the source does not decode them either
+            replicated.append((info, table_rows, sink.keeps_binlog_order(info)))
+    rewritten = None
+    if redo is None and sink.accepts_arrow:
+        # Which transactions may go as columns, for every table of the batch at once.
+        columnar = [(info, t.low, t.low + t.rows.num_rows) for info, t, ordered in replicated
+                    if not ordered and not (filters is not None and filters.changes_rows_of(info))]
+        rewritten = rows_to_rewrite(sorted_rows, columnar, split_updates, snapshot_ts, sink.marks_snapshot_rows)
+    for info, table_rows, ordered in replicated:
+        if ordered:
             changes = table_rows.changes()
             in_binlog_order.append(filters.rows(info, changes) if filters is not None else (info, changes))
             if redo is None:
                 continue
         if redo is None:
             # The sink's writers start while the next table is planned.
-            written += _write_table(info, table_rows, sink, split_updates, filters, snapshot_ts)
+            low = table_rows.low
+            written += _write_table(info, table_rows, sink, split_updates, filters, snapshot_ts,
+                                    None if rewritten is None else rewritten[low:low + table_rows.rows.num_rows])
         else:
             planned.append(_planned_rows(info, table_rows.changes(snapshot_ts), split_updates, filters))
     # Allow list, valid-index and rename rules; a DDL that must stop the changefeed raises
