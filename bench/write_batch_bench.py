@@ -55,11 +55,10 @@ class Index:
     def ddls_between(self, low, high):
         return []
 
-    def table_info_at(self, schema, table, at):
-        info = _TABLES.get(table)
-        if info is None:
-            info = _TABLES[table] = dataclasses.replace(TABLE, table=table, table_id=len(_TABLES) + 1)
-        return info
+    def table_infos_at(self, names, at):
+        return [_TABLES.get(table) or _TABLES.setdefault(table, dataclasses.replace(TABLE, table=table,
+                                                                                   table_id=len(_TABLES) + 1))
+                for _, table in names]
 
 
 _TABLES: dict[str, TableInfo] = {TABLE.table: TABLE}

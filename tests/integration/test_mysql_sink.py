@@ -342,8 +342,8 @@ class BatchIndex:
     def __init__(self, tables: list[TableInfo], ddls: list[DDLEvent]):
         self.tables, self.ddls = tables, ddls
 
-    def table_info_at(self, schema: str, table: str, ts: int):
-        return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
+    def table_infos_at(self, names: list[tuple[str, str]], ts: int):
+        return [next((t for t in self.tables if (t.schema, t.table) == name), None) for name in names]
 
     def ddls_between(self, low: int, high: int) -> list[DDLEvent]:
         return [d for d in self.ddls if low < d.commit_ts <= high]

@@ -46,8 +46,8 @@ class FakeIndex:
     def ddls_between(self, low, high):
         return []
 
-    def table_info_at(self, schema, table, at):
-        return TABLES[table]
+    def table_infos_at(self, names, at):
+        return [TABLES[table] for _, table in names]
 
 
 @dataclass

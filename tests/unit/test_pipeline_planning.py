@@ -49,8 +49,8 @@ class FakeIndex:
     def ddls_between(self, lo, hi):
         return [d for d in self.ddls if lo < d.commit_ts <= hi]
 
-    def table_info_at(self, schema, table, ts):
-        return next((t for t in self.tables if (t.schema, t.table) == (schema, table)), None)
+    def table_infos_at(self, names, ts):
+        return [next((t for t in self.tables if (t.schema, t.table) == name), None) for name in names]
 
     def source(self, epoch):
         return None  # no server recorded: ranges read from the upstream URI's first server

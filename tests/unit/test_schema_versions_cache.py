@@ -75,6 +75,9 @@ def test_table_info_at_reads_the_same_copy_and_sees_every_write(tmp_path):
     assert index.table_info_at("db", "a", 1015).column_names == ("x", "y")
     assert index.table_info_at("db", "a", 1020) is None  # dropped
     assert index.table_info_at("db", "a", 1015) is index.tables_at(1015)[0]
+    names = [("db", "a"), ("db", "nope"), ("db", "a")]
+    for ts in (999, 1009, 1015, 1020):  # a batch's lookup of all its tables gives what one by one does
+        assert index.table_infos_at(names, ts) == [index.table_info_at(*name, ts) for name in names]
 
 
 def test_equal_table_keys_mean_equal_tables_and_a_write_moves_the_key(tmp_path):

@@ -358,8 +358,8 @@ def write_batch(
     in_binlog_order: list[tuple[TableInfo, list[RowChange]]] = []
     sorted_rows, tables = tables_of(table)
     replicated: list[tuple[TableInfo, TableRows, bool]] = []  # and whether the sink keeps its binlog order
-    for table_rows in tables:
-        info = index.table_info_at(table_rows.schema, table_rows.table, start)
+    infos = index.table_infos_at([(table_rows.schema, table_rows.table) for table_rows in tables], start)
+    for table_rows, info in zip(tables, infos):
         if info is None:
             raise RuntimeError(f"no table info for {table_rows.schema}.{table_rows.table} at {start}")
         if info.is_eligible(ddl_policy.force_replicate):  # else the source does not decode them either
