@@ -277,13 +277,14 @@ def _write_table(info: TableInfo, table_rows: TableRows, sink: Sink, split_updat
                  rewritten: np.ndarray | None = None) -> int:
     """Write one table's rows; returns how many the sink got.
 
-    `rewritten` (netting.rows_to_rewrite, per row of the table), when the sink takes Arrow
-    columns, names the rows whose transactions netting, update split or the filters would change,
+    `rewritten` (netting.rows_to_rewrite, per row of the table), for a table that can go to the
+    sink as Arrow columns, names the rows whose transactions netting or update split would change,
     or snapshot rows the sink marks: those take the RowChange path, the others go as columns,
-    never becoming RowChanges. The rows go in pieces of whole transactions of about
+    never becoming RowChanges. Without it (a sink without columns, a filtered or projected table)
+    every row takes the RowChange path. The rows go in pieces of whole transactions of about
     WRITE_PIECE_ROWS (docstring there).
     """
-    if rewritten is None or (filters is not None and filters.changes_rows_of(info)):
+    if rewritten is None:
         planned_info, changes = _planned_rows(info, table_rows.changes(snapshot_ts), split_updates, filters)
         sink.write_rows(planned_info, changes)
         return len(changes)
@@ -357,20 +358,22 @@ def write_batch(
     planned: list[tuple[TableInfo, list[RowChange]]] = []
     in_binlog_order: list[tuple[TableInfo, list[RowChange]]] = []
     sorted_rows, tables = tables_of(table)
-    replicated: list[tuple[TableInfo, TableRows, bool]] = []  # and whether the sink keeps its binlog order
+    # Each table with whether the sink keeps its binlog order and whether its rows may go as columns.
+    replicated: list[tuple[TableInfo, TableRows, bool, bool]] = []
     infos = index.table_infos_at([(table_rows.schema, table_rows.table) for table_rows in tables], start)
     for table_rows, info in zip(tables, infos):
         if info is None:
             raise RuntimeError(f"no table info for {table_rows.schema}.{table_rows.table} at {start}")
         if info.is_eligible(ddl_policy.force_replicate):  # else the source does not decode them either
-            replicated.append((info, table_rows, sink.keeps_binlog_order(info)))
-    rewritten = None
-    if redo is None and sink.accepts_arrow:
-        # Which transactions may go as columns, for every table of the batch at once.
-        columnar = [(info, t.low, t.low + t.rows.num_rows) for info, t, ordered in replicated
-                    if not ordered and not (filters is not None and filters.changes_rows_of(info))]
-        rewritten = rows_to_rewrite(sorted_rows, columnar, split_updates, snapshot_ts, sink.marks_snapshot_rows)
-    for info, table_rows, ordered in replicated:
+            ordered = sink.keeps_binlog_order(info)
+            columnar = (redo is None and sink.accepts_arrow and not ordered
+                        and not (filters is not None and filters.changes_rows_of(info)))
+            replicated.append((info, table_rows, ordered, columnar))
+    # Which transactions may go as columns, for every table of the batch at once.
+    rewritten = rows_to_rewrite(sorted_rows, [(info, t.low, t.low + t.rows.num_rows)
+                                              for info, t, _, columnar in replicated if columnar],
+                                split_updates, snapshot_ts, sink.marks_snapshot_rows)
+    for info, table_rows, ordered, columnar in replicated:
         if ordered:
             changes = table_rows.changes()
             in_binlog_order.append(filters.rows(info, changes) if filters is not None else (info, changes))
@@ -380,7 +383,7 @@ def write_batch(
             # The sink's writers start while the next table is planned.
             low = table_rows.low
             written += _write_table(info, table_rows, sink, split_updates, filters, snapshot_ts,
-                                    None if rewritten is None else rewritten[low:low + table_rows.rows.num_rows])
+                                    rewritten[low:low + table_rows.rows.num_rows] if columnar else None)
         else:
             planned.append(_planned_rows(info, table_rows.changes(snapshot_ts), split_updates, filters))
     # Allow list, valid-index and rename rules; a DDL that must stop the changefeed raises

@@ -53,8 +53,8 @@ def rows_to_rewrite(rows: pa.Table, tables: Sequence[tuple[TableInfo, int, int]]
     RowChange path (module docstring). Each of `tables` is a table version and its rows'
     [low, high) in `rows`, in (commit_ts, seq) order; rows of no table are False."""
     count = rows.num_rows
-    if count == 0:
-        return np.zeros(0, dtype=bool)
+    if count == 0 or not tables:
+        return np.zeros(count, dtype=bool)
     # Per-table values are indexed by each row's table number; rows of no table get the last
     # entry (-1), a table of no columns and no keys.
     group = np.full(count, -1, dtype=np.int64)
