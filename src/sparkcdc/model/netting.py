@@ -29,10 +29,17 @@ from sparkcdc.model.events import RowChange, TableInfo, Value
 Image = Optional[tuple[Value, ...]]
 
 
-def net_changes_per_key(table: TableInfo, rows: Sequence[RowChange]) -> list[RowChange]:
+def handle_positions(table: TableInfo) -> list[int]:
+    """The handle key's column positions; none when the table has no handle key or one of its
+    columns is missing (such rows are never netted)."""
     names = table.column_names
     positions = [names.index(c) for c in table.handle_key if c in names]
-    if not positions or len(positions) != len(table.handle_key):
+    return positions if len(positions) == len(table.handle_key) else []
+
+
+def net_changes_per_key(table: TableInfo, rows: Sequence[RowChange]) -> list[RowChange]:
+    positions = handle_positions(table)
+    if not positions:
         return list(rows)
     result: list[RowChange] = []
     for _, txn in groupby(rows, key=lambda r: r.commit_ts):

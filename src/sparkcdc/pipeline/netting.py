@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from sparkcdc.model.change_batch import OP_CODES, OP_NAMES
 from sparkcdc.model.events import TableInfo
+from sparkcdc.model.netting import handle_positions
 from sparkcdc.pipeline.update_split import key_positions
 
 # Per op code (model.change_batch.OP_CODES), whether the op has a before and an after image.
@@ -62,8 +63,8 @@ def rows_to_rewrite(rows: pa.Table, tables: Sequence[tuple[TableInfo, int, int]]
         group[low:high] = number
     in_table = group >= 0
     widths = np.array([len(info.columns) for info, _, _ in tables] + [0])[group]
-    handle = _positions([_handle_positions(info) for info, _, _ in tables])
-    split = _positions([key_positions(info) if split_updates else [] for info, _, _ in tables])
+    handle = _positions([handle_positions(info) for info, _, _ in tables])[group]  # per row
+    split = _positions([key_positions(info) if split_updates else [] for info, _, _ in tables])[group]
 
     commit_ts = rows["commit_ts"].to_numpy()
     codes = pc.fill_null(pc.index_in(rows["op"], value_set=OP_NAMES), -1).to_numpy()
@@ -85,26 +86,19 @@ def rows_to_rewrite(rows: pa.Table, tables: Sequence[tuple[TableInfo, int, int]]
     changed = np.zeros(int(txn[-1]) + 1, dtype=bool)
     is_update = codes == _UPDATE
 
-    netted = checked & (np.bincount(txn[checked], minlength=len(changed))[txn] > 1) & (handle[group] >= 0).any(axis=1)
+    netted = checked & (np.bincount(txn[checked], minlength=len(changed))[txn] > 1) & (handle >= 0).any(axis=1)
     before, after = rows["before"], rows["after"]
     for positions, candidates in ((handle, netted & is_update), (split, checked & is_update)):
         for slot in range(positions.shape[1]):  # an update that changes a key value
-            updates = np.flatnonzero(candidates & (positions[group, slot] >= 0))
-            slot_positions = positions[group[updates], slot]
+            updates = np.flatnonzero(candidates & (positions[:, slot] >= 0))
+            slot_positions = positions[updates, slot]
             differ = values_differ(_image_values(before, updates, slot_positions),
                                    _image_values(after, updates, slot_positions))
             changed[txn[updates[differ.to_numpy(zero_copy_only=False)]]] = True
     updates = np.flatnonzero(netted & is_update)
     changed[txn[updates[_unchanged(before, after, updates, widths[updates])]]] = True
-    changed[_keys_on_two_rows(before, after, np.flatnonzero(netted), txn, codes, handle[group])] = True
+    changed[_keys_on_two_rows(before, after, np.flatnonzero(netted), txn, codes, handle)] = True
     return in_table & (malformed[group] | changed[txn] | (copied & marks_snapshot))
-
-
-def _handle_positions(info: TableInfo) -> list[int]:
-    """The handle key's column positions; none when a handle column is missing (no netting)."""
-    names = info.column_names
-    positions = [names.index(c) for c in info.handle_key if c in names]
-    return positions if len(positions) == len(info.handle_key) else []
 
 
 def _positions(per_table: list[list[int]]) -> np.ndarray:

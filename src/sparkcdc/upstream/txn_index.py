@@ -404,7 +404,7 @@ class TxnIndex:
 
     def table_info_at(self, schema: str, table: str, ts: int) -> Optional[TableInfo]:
         """The newest version with version <= ts (None if none or dropped), from the same
-        per-process copy as tables_at: a batch asks once per table it holds."""
+        per-process copy as tables_at (a batch asks for all its tables at once: table_infos_at)."""
         return self._schema_versions().table_at(schema, table, ts)
 
     def table_infos_at(self, tables: Sequence[tuple[str, str]], ts: int) -> list[Optional[TableInfo]]:
