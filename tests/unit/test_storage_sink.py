@@ -13,6 +13,7 @@ from sparkcdc.errors import ErrSinkUnknownProtocol, ErrSinkURIInvalid
 from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.model.tso import compose
 from sparkcdc.sink.storage import StorageSink, parse_storage_uri
+from sparkcdc.sink.storage import writer as storage_writer
 from sparkcdc.sink.storage.table_definition import TableDefinition
 
 NOW = time.mktime((2024, 3, 1, 12, 0, 0, 0, 0, -1))  # local time, like TiCDC's date dirs
@@ -91,6 +92,35 @@ def test_layout_schema_index_and_checkpoint(tmp_path):
     assert (tmp_path / "metadata").read_text() == '{"checkpoint-ts":%d}' % TS2
     assert checkpoint_ts(str(tmp_path)) == TS2
     assert not [n for n in os.listdir(data_dir) if n.startswith(".")]
+
+
+@pytest.mark.parametrize("can_exchange", [True, False])
+def test_index_and_metadata_rewrites_reuse_their_two_inodes(tmp_path, monkeypatch, can_exchange):
+    """CDC.index and metadata trade names with a `.swap` twin: after the first rewrites the same
+    two inodes hold them, whatever the content's length; without renameat2 a rename still
+    leaves the newest content in place."""
+    if not can_exchange:
+        monkeypatch.setattr(storage_writer, "_RENAMEAT2", None)
+    elif storage_writer._RENAMEAT2 is None:
+        pytest.skip("no renameat2 on this system")
+    sink = StorageSink(f"file://{tmp_path}?protocol=csv&file-index-digit=6", sink_config("csv"), CLOCK)
+    meta = tmp_path / "db" / "all_types" / str(V) / "2024-03-01" / "meta"
+    seen: dict[str, set[int]] = {"index": set(), "metadata": set()}
+    for number in range(1, 7):
+        sink.write_rows(TABLE, [row(TS1 + number, "insert", after=with_id(FULL, str(number)))])
+        sink.write_checkpoint(TS1 + number)
+        assert (meta / "CDC.index").read_text() == f"CDC{number:06d}.csv\n"
+        assert (tmp_path / "metadata").read_text() == '{"checkpoint-ts":%d}' % (TS1 + number)
+        if number >= 2:  # the first write renamed the twin in: the next one made it anew
+            seen["index"].add(os.stat(meta / "CDC.index").st_ino)
+            seen["metadata"].add(os.stat(tmp_path / "metadata").st_ino)
+    assert sorted(os.listdir(meta)) == ([".CDC.index.swap", "CDC.index"] if can_exchange else ["CDC.index"])
+    assert checkpoint_ts(str(tmp_path)) == TS1 + 6
+    if can_exchange:
+        assert len(seen["index"]) == 2 and len(seen["metadata"]) == 2
+        # A shorter content than the twin held (a checkpoint with fewer digits) is cut to size.
+        sink._write_atomic("metadata", b"{}", rewrite=True)
+        assert (tmp_path / "metadata").read_bytes() == b"{}"
 
 
 def test_schema_json_matches_go_marshal_indent():

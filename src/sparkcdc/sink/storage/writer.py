@@ -8,19 +8,23 @@
 
 Files are write-once and appear atomically: on an object store one PUT (or one multipart
 upload, which becomes visible only when completed), on file:// a hidden temp file renamed into
-place. Rows are buffered per table version; a buffer becomes a file on flush(), or as soon as
+place. The two files rewritten again and again, CDC.index at each flush and `metadata` at each
+checkpoint, trade names on file:// with a hidden twin `.<name>.swap` holding the new content
+(`exchange_names`), so a rewrite neither frees nor allocates an inode. Rows are buffered per table version; a buffer becomes a file on flush(), or as soon as
 it reaches file-size after a whole transaction, so a transaction never spans two files.
 `metadata` is written only after every buffered row is in a completed data file.
 """
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import json
 import logging
 import os
 import posixpath
 import re
+import sys
 import threading
 import time
 import uuid
@@ -52,6 +56,31 @@ _LOG = logging.getLogger(__name__)
 
 def data_file_name(index: int, extension: str, width: int) -> str:
     return f"CDC{index:0{width}d}.{extension}"
+
+
+def _load_renameat2() -> Optional[Callable[..., int]]:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # a C library older than glibc 2.28
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_RENAMEAT2 = _load_renameat2()
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # linux/fcntl.h, linux/fs.h
+
+
+def exchange_names(first: str, second: str) -> bool:
+    """Swap the files at two paths in one step (renameat2's RENAME_EXCHANGE): a reader of either
+    path sees one file or the other, never none. False, with nothing changed, when `second` does
+    not exist or the system or its file system cannot swap: the caller renames instead."""
+    if _RENAMEAT2 is None:
+        return False
+    return _RENAMEAT2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0
 
 
 # Errors that retrying cannot fix: the path is a file, access is denied, the bucket is missing,
@@ -116,13 +145,16 @@ class StorageSink(Sink):
     def _path(self, relative: str) -> str:
         return posixpath.join(self._root, relative)
 
-    def _write_atomic(self, relative: str, data: Union[bytes, Sequence[bytes]]) -> None:
+    def _write_atomic(self, relative: str, data: Union[bytes, Sequence[bytes]], rewrite: bool = False) -> None:
         """Write the file whole or not at all. `data` may be the file's parts in order: a local
-        file gets them one by one, so a data file of file-size bytes is never copied whole."""
+        file gets them one by one, so a data file of file-size bytes is never copied whole.
+        `rewrite`: a small file the sink replaces again and again (`_swap_into_place`)."""
         path = self._path(relative)
         parts = [data] if isinstance(data, bytes) else data
         try:
-            if self.target.is_local:
+            if self.target.is_local and rewrite:
+                self._swap_into_place(path, b"".join(parts))
+            elif self.target.is_local:
                 # Plain os calls, and makedirs only for a directory not there yet: with thousands
                 # of tables a batch writes thousands of files, and fsspec's makedirs, open and mv
                 # were most of that time.
@@ -148,6 +180,33 @@ class StorageSink(Sink):
             raise storage_error(
                 f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI, the "
                 "bucket and its permissions", exc) from exc
+
+    @staticmethod
+    def _swap_into_place(path: str, data: bytes) -> None:
+        """Replace a local file by writing `data` over its hidden twin `.<name>.swap`, kept from
+        the last rewrite, and trading the two names (`exchange_names`). A rename over the file, as
+        for any other file, frees the old file's inode and allocates the temp file's: on ext4
+        each allocation then steps over the inodes freed in the last half minute, and each rename
+        over a file starts writing the new one out (auto_da_alloc). With a thousand tables a
+        batch rewrites a thousand CDC.index files, and that was most of the batch's flush."""
+        directory, name = posixpath.split(path)
+        swap = posixpath.join(directory, f".{name}.swap")
+        flags = os.O_WRONLY | os.O_CREAT
+        try:
+            handle = os.open(swap, flags, 0o666)
+        except FileNotFoundError:
+            os.makedirs(directory, exist_ok=True)
+            handle = os.open(swap, flags, 0o666)
+        try:
+            done = 0
+            while done < len(data):
+                done += os.pwrite(handle, data[done:], done)
+            if os.fstat(handle).st_size != len(data):
+                os.ftruncate(handle, len(data))
+        finally:
+            os.close(handle)
+        if not exchange_names(swap, path):
+            os.replace(swap, path)  # the first write, or a system that cannot swap names
 
     def _read(self, relative: str) -> Optional[bytes]:
         path = self._path(relative)
@@ -273,7 +332,7 @@ class StorageSink(Sink):
         index = self._next_index(key, directory, date)
         name = data_file_name(index, self._extension, self.sink.file_index_digit)
         self._write_atomic(f"{directory}/{name}", [self._encoder.header(table), *buffer.chunks])
-        self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode())
+        self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode(), rewrite=True)
 
     @property
     def bytes_written(self) -> int:
@@ -332,10 +391,13 @@ class StorageSink(Sink):
         return self._flush_interval > 0
 
     def flush(self) -> None:
-        """Write every buffered row into complete data files, worker-count tables at a time."""
+        """Write every buffered row into complete data files: to an object store worker-count
+        tables at a time, as each upload waits on the network; on file:// one after the other in
+        this thread, as each write is a few system calls and more threads only took turns on the
+        GIL and the file system's locks (1,000 tables: 0.24 s in one thread, 0.51 s in 16)."""
         self._held_since = None
         keys = list(self._buffers)
-        workers = min(self.sink.cloud_storage_config.worker_count, len(keys))
+        workers = 1 if self.target.is_local else min(self.sink.cloud_storage_config.worker_count, len(keys))
         if workers <= 1:
             for key in keys:
                 self._write_buffer(key)
@@ -364,7 +426,7 @@ class StorageSink(Sink):
                 current = 0
             if current >= ts:
                 return ts
-        self._write_atomic(METADATA_FILE, ('{"checkpoint-ts":%d}' % ts).encode())
+        self._write_atomic(METADATA_FILE, ('{"checkpoint-ts":%d}' % ts).encode(), rewrite=True)
         return ts
 
     # -- file-expiration-days -------------------------------------------------------------
