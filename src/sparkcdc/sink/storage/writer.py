@@ -10,8 +10,9 @@ Files are write-once and appear atomically: on an object store one PUT (or one m
 upload, which becomes visible only when completed), on file:// a hidden temp file renamed into
 place. The two files rewritten again and again, CDC.index at each flush and `metadata` at each
 checkpoint, trade names on file:// with a hidden twin `.<name>.swap` holding the new content
-(`exchange_names`), so a rewrite neither frees nor allocates an inode. Rows are buffered per table version; a buffer becomes a file on flush(), or as soon as
-it reaches file-size after a whole transaction, so a transaction never spans two files.
+(`exchange_names`), so a rewrite neither frees nor allocates an inode. Rows are buffered per
+table version; a buffer becomes a file on flush(), or as soon as it reaches file-size after a
+whole transaction, so a transaction never spans two files.
 `metadata` is written only after every buffered row is in a completed data file.
 """
 
