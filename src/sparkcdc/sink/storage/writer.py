@@ -84,6 +84,17 @@ def exchange_names(first: str, second: str) -> bool:
     return _RENAMEAT2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second), _RENAME_EXCHANGE) == 0
 
 
+def _open_in_directory(path: str, flags: int = 0) -> int:
+    """A descriptor of the local file `path` opened for writing, made if missing (`flags` adds
+    O_TRUNC and the like), making its directory only when it is not there yet."""
+    flags |= os.O_WRONLY | os.O_CREAT
+    try:
+        return os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o666)
+
+
 # Errors that retrying cannot fix: the path is a file, access is denied, the bucket is missing,
 # the request is malformed. Anything else (connection refused, timeouts, 5xx) may pass by itself.
 _PERMANENT_STORAGE_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
@@ -161,12 +172,7 @@ class StorageSink(Sink):
                 # were most of that time.
                 directory, name = posixpath.split(path)
                 temp = posixpath.join(directory, f".{name}.{self._temp_tag}{next(self._temp_numbers)}.tmp")
-                try:
-                    handle = open(temp, "wb")
-                except FileNotFoundError:
-                    os.makedirs(directory, exist_ok=True)
-                    handle = open(temp, "wb")
-                with handle:
+                with open(_open_in_directory(temp, os.O_TRUNC), "wb") as handle:
                     for part in parts:
                         handle.write(part)
                 os.replace(temp, path)
@@ -192,12 +198,7 @@ class StorageSink(Sink):
         batch rewrites a thousand CDC.index files, and that was most of the batch's flush."""
         directory, name = posixpath.split(path)
         swap = posixpath.join(directory, f".{name}.swap")
-        flags = os.O_WRONLY | os.O_CREAT
-        try:
-            handle = os.open(swap, flags, 0o666)
-        except FileNotFoundError:
-            os.makedirs(directory, exist_ok=True)
-            handle = os.open(swap, flags, 0o666)
+        handle = _open_in_directory(swap)
         try:
             done = 0
             while done < len(data):
