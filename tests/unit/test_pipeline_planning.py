@@ -315,14 +315,19 @@ def test_a_catching_up_changefeed_plans_larger_batches_until_it_is_caught_up():
     assert CATCH_UP_BATCH_FACTOR == 4
     assert pacer.plan(index, BatchOffset(20), options) == BatchOffset(90) and pacer.catching_up
     assert pacer.plan(index, BatchOffset(90), options) == BatchOffset(160) and pacer.catching_up
-    # The rest fits: caught up (after the trigger interval), and the next batch is back to
-    # max-batch-bytes.
-    clock.now += 1
+    # The rest fits: caught up, and the backlog's tail runs at once (its rows were waiting);
+    # the next batch is back to max-batch-bytes and to the trigger interval.
     assert pacer.plan(index, BatchOffset(160), options) == BatchOffset(200) and not pacer.catching_up
-    index.txns += [txn(ts, 600) for ts in range(210, 260, 10)]
-    index.resolved = 250
+    index.txns.append(txn(210, 600))
+    index.resolved = 210
+    clock.now += 0.5
+    assert pacer.plan(index, BatchOffset(200), options) == BatchOffset(200)  # within the interval
+    clock.now += 0.5
+    assert pacer.plan(index, BatchOffset(200), options) == BatchOffset(210)
+    index.txns += [txn(ts, 600) for ts in range(220, 270, 10)]
+    index.resolved = 260
     clock.now += 1
-    assert pacer.plan(index, BatchOffset(200), options) == BatchOffset(220)
+    assert pacer.plan(index, BatchOffset(210), options) == BatchOffset(230)
 
 
 def test_a_batch_the_pacer_holds_back_is_not_planned():
