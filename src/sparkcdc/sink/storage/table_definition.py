@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from sparkcdc.model.events import ColumnInfo, DDLEvent, TableInfo
@@ -118,6 +119,12 @@ class TableDefinition:
         })
 
     def checksum(self) -> int:
+        return self._checksum
+
+    @cached_property
+    def _checksum(self) -> int:
+        # Once per definition: a new table's schema file needs it for its name and to look for
+        # an identical schema stored before.
         # TiCDC leaves Version unset (0) in the checksummed form and sorts columns by name
         # into a fresh slice, so a database's schema file sums `"TableColumns": []` although
         # the file itself says null (tiflow table_definition_test: schema_100_3233644819).
