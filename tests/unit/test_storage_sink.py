@@ -297,3 +297,22 @@ def test_storage_errors_are_transient_unless_retrying_cannot_fix_them():
     for transient in (ConnectionRefusedError(111, "Connection refused"), TimeoutError(), OSError("503 SlowDown"),
                       RuntimeError("Could not connect to the endpoint URL")):
         assert type(storage_error("x", transient)) is ErrStorageUnavailable
+
+
+@pytest.mark.parametrize("most", [None, 1, 7, 1000])
+def test_a_data_file_is_its_parts_in_order_whatever_each_writev_takes(tmp_path, monkeypatch, most):
+    """write_parts hands the parts to writev IOV_MAX at a time and goes on after a short write
+    from the first byte not written (`most`: the bytes a call writes at most)."""
+    parts = [b"", *(bytes([65 + i % 26]) * (i % 13) for i in range(3000)), b"tail"]
+    monkeypatch.setattr(storage_writer, "_IOV_MAX", 64)
+    if most is not None:
+        real = os.writev
+        monkeypatch.setattr(storage_writer.os, "writev",
+                            lambda fd, buffers: real(fd, [b"".join(bytes(b) for b in buffers)[:most]]))
+    path = tmp_path / "file"
+    handle = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        storage_writer.write_parts(handle, parts)
+    finally:
+        os.close(handle)
+    assert path.read_bytes() == b"".join(parts)
