@@ -7,6 +7,9 @@ on the pure decoding path) and the same errors."""
 from __future__ import annotations
 
 import itertools
+import pickle
+import socket
+import time
 
 import pyarrow as pa
 import pymysql
@@ -14,6 +17,9 @@ import pytest
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
 from sparkcdc.model.position import BinlogPosition
+from sparkcdc.pipeline.planning import MarkerPartition, RangePartition
+from sparkcdc.pipeline.stream_reader import read_partition, read_small_batch
+from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.testing.alltypes import COLUMN_NAMES, ROWS, create_alltypes
 from sparkcdc.testing.mariadb import MariaDBServer
 from sparkcdc.upstream import native_decode
@@ -267,3 +273,31 @@ def test_a_lost_connection_resumes_from_the_last_whole_event(server, workload):
     # The read's connection, the one that killed it, the read's second connection, and this one.
     assert connections(server) == before + 4, "the read connected again after the kill"
     assert pa.Table.from_batches(got).equals(expected)
+
+
+def test_a_small_batch_read_in_the_driver_is_what_its_read_tasks_give(workload):
+    """The runner reads a small micro-batch itself (stream_reader.read_small_batch): the same
+    table its read tasks give Spark (read_partition, unpacked as foreachBatch unpacks it), or None
+    where the batch is for Spark: too large, across a rotation, an upstream that is not there."""
+    upstream, marks, commit_ts, tables = workload
+
+    def ranged(first: int, last: int, to=upstream) -> RangePartition:
+        return RangePartition(BinlogRange(to, next(_server_ids), marks[first], marks[last],
+                                          tuple(commit_ts[first:last]), tables))
+
+    n = len(commit_ts)
+    partitions = [MarkerPartition(7, commit_ts[4]), ranged(0, 3), ranged(3, 5)]  # in one binlog file
+    picked = [pickle.dumps(p) for p in partitions]
+    span = (marks[5].pos - marks[0].pos)
+    small = read_small_batch(picked, limit_bytes=span)
+    tasks = unpack_changes(pa.Table.from_batches([b for p in partitions for b in read_partition(p)]))
+    assert small is not None and small.num_rows == tasks.num_rows > len(ROWS)
+    assert small.schema == tasks.schema and small.equals(tasks)
+    assert read_small_batch(picked, limit_bytes=span - 1) is None  # larger than the limit: Spark reads it
+    assert read_small_batch([picked[0], pickle.dumps(ranged(4, 7))], limit_bytes=1 << 40) is None  # a rotation
+    with socket.socket() as unused:  # a port nothing listens on: not waited for
+        unused.bind(("127.0.0.1", 0))
+        gone = UpstreamConfig("127.0.0.1", unused.getsockname()[1], upstream.user, upstream.password)
+        began = time.monotonic()
+        assert read_small_batch([picked[0], pickle.dumps(ranged(n - 2, n - 1, gone))], limit_bytes=1 << 40) is None
+        assert time.monotonic() - began < range_reader.UPSTREAM_WAIT_SECONDS / 3

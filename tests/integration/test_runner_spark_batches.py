@@ -1,9 +1,12 @@
-"""On a real SparkSession: the runner's shortcut for a micro-batch that holds only the binlog
-source's range marker returns exactly the table Spark would read for it, and is not taken when
-the batch has more to read. One test, because a SparkSession costs ~20 s to start."""
+"""On a real SparkSession: the runner takes a micro-batch's planned partitions from its plan, in
+order, and its read of a batch that holds only the binlog source's range marker returns exactly
+the table Spark would read for it, and is not taken when the batch has something else to read.
+One test, because a SparkSession costs ~20 s to start. (A small batch's binlog ranges read in the
+driver: tests/integration/test_native_framer.py.)"""
 
 from __future__ import annotations
 
+import pickle
 import sys
 import tempfile
 import time
@@ -12,7 +15,8 @@ from typing import Iterator, Sequence
 from pyspark import cloudpickle
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-from sparkcdc.pipeline.runner import marker_only_table, sole_planned_partition
+from sparkcdc.pipeline.runner import planned_partitions
+from sparkcdc.pipeline.stream_reader import read_small_batch
 from sparkcdc.pipeline.spark_session import make_spark_session
 from sparkcdc.pipeline.source import SPARK_SCHEMA
 from sparkcdc.pipeline.transport import pack_batch, unpack_changes
@@ -63,8 +67,9 @@ def test_marker_only_batch_skips_the_spark_job_and_reads_the_same():
         seen = {}
 
         def write(df, batch_id: int) -> None:
-            shortcut = marker_only_table(sole_planned_partition(df))
-            seen[batch_id] = (shortcut, unpack_changes(df.toArrow()) if batch_id == 0 else None)
+            picked = planned_partitions(df)
+            shortcut = read_small_batch(picked)
+            seen[batch_id] = (shortcut, unpack_changes(df.toArrow()) if batch_id == 0 else None, picked)
 
         query = (spark.readStream.format("sparkcdc_test_two_batches").load().writeStream
                  .foreachBatch(write).option("checkpointLocation", tempfile.mkdtemp())
@@ -76,9 +81,11 @@ def test_marker_only_batch_skips_the_spark_job_and_reads_the_same():
     finally:
         spark.stop()
     assert sorted(seen) == [0, 1], seen
-    shortcut, read = seen[0]
+    shortcut, read, _ = seen[0]
     assert shortcut is not None, "the marker-only batch was not recognised from its plan"
     assert shortcut.column_names == read.column_names
     assert [f.type for f in shortcut.schema] == [f.type for f in read.schema]
     assert shortcut.to_pylist() == read.to_pylist()
-    assert seen[1][0] is None, "a batch with a binlog range to read was taken for a marker-only one"
+    assert seen[1][0] is None, "a batch with another partition to read was taken for a marker-only one"
+    marker, stand_in = [pickle.loads(p) for p in seen[1][2]]  # in the order the source planned them
+    assert marker == MarkerPartition(1, 2) and type(stand_in) is InputPartition and stand_in.value == 2

@@ -1,5 +1,6 @@
 """An empty micro-batch (only the binlog source's range marker) is written without a Spark job:
-the runner rebuilds the marker's table from the batch's planned partition."""
+the runner rebuilds the marker's table from the batch's planned partition (a small batch with
+binlog ranges is read the same way: tests/integration/test_native_framer.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,14 @@ import threading
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
-from sparkcdc.pipeline.runner import marker_only_table
+from sparkcdc.pipeline.stream_reader import read_small_batch
 from sparkcdc.pipeline.planning import MarkerPartition
 from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.pipeline.transport import pack_batch
 
 
 def test_a_sole_marker_partition_gives_the_marker_table():
-    table = marker_only_table(pickle.dumps(MarkerPartition(17, 42)))
+    table = read_small_batch([pickle.dumps(MarkerPartition(17, 42))], limit_bytes=0)
     assert table is not None
     assert table.schema == marker_batch(17, 42).schema
     assert table.to_pylist() == marker_batch(17, 42).to_pylist()
@@ -24,10 +25,12 @@ def test_a_sole_marker_partition_gives_the_marker_table():
 
 
 def test_anything_else_runs_the_batch():
-    assert marker_only_table(None) is None  # no plan to read: another Spark's internals
-    assert marker_only_table(b"") is None
-    assert marker_only_table(b"not a pickle") is None
-    assert marker_only_table(pickle.dumps(InputPartition(0))) is None  # e.g. a binlog range
+    assert read_small_batch(None) is None  # no plan to read: another Spark's internals
+    assert read_small_batch([]) is None
+    assert read_small_batch([b"not a pickle"]) is None
+    assert read_small_batch([pickle.dumps(InputPartition(0))]) is None  # another source's partition
+    marker = pickle.dumps(MarkerPartition(1, 2))
+    assert read_small_batch([marker, pickle.dumps(InputPartition(0))]) is None
 
 
 class _Plan:
@@ -52,7 +55,7 @@ class _Batch:
 
     def toArrow(self):  # what Spark returns: the source's packed batches
         self._jobs.append(self)
-        table = marker_only_table(self._jdf.pickedPartition())  # None: a range, read here as no rows
+        table = read_small_batch([self._jdf.pickedPartition()])  # None: a stand-in range, read here as no rows
         return pa.Table.from_batches([pack_batch(b) for b in (table.to_batches() if table else [])],
                                      schema=pack_batch(marker_batch(0, 0)).schema)
 

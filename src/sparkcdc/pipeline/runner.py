@@ -32,7 +32,6 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-import pickle
 import shutil
 import threading
 import time
@@ -45,16 +44,16 @@ from sparkcdc import failpoint
 from sparkcdc.config.replica import ReplicaConfig, parse_go_duration, replica_config_from_dict
 from sparkcdc.filter.change_filters import ChangeFilters
 from sparkcdc.filter.table_filter import TableFilter
-from sparkcdc.model.change_batch import marker_batch
 from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus, ChangefeedStore
 from sparkcdc.observability.log_context import changefeed_context
 from sparkcdc.observability.metrics import BatchStats, ChangefeedMetrics, Metrics
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.pipeline.planning import BatchPlan, ChunkPartition, MarkerPartition, SourceOptions
+from sparkcdc.pipeline.planning import BatchPlan, ChunkPartition, SourceOptions
 from sparkcdc.pipeline.query_rest import REST_TIMEOUT_SECONDS, bring_to_rest
 from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, SOURCE_NAME
+from sparkcdc.pipeline.stream_reader import read_small_batch
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.contract import Sink
@@ -494,13 +493,14 @@ class ChangefeedRunner:
                 return  # a stopping changefeed writes nothing more; its checkpoint stays where it is
             began = time.monotonic()
             planned = began - handed_off[0]
-            # A batch with no transactions (an idle upstream's resolved-ts moving) is known from
-            # its plan: skip the Spark job that would only read back its range marker. But not
-            # for long: Spark stops a Python worker idle for a minute, and the next rows would
-            # wait for a cold one (seconds on a loaded machine).
+            # A small batch (a caught-up changefeed's, or none but an idle upstream's resolved-ts
+            # moving: its range marker alone) is known from its plan: read it here, without the
+            # Spark job that costs more than its rows (stream_reader.read_small_batch). But not
+            # for long: Spark stops a Python worker idle for a minute, and the next large batch
+            # would wait for a cold one (seconds on a loaded machine).
             table = None
             if began - last_job[0] < KEEP_PYTHON_WORKER_SECONDS:
-                table = marker_only_table(sole_planned_partition(df))
+                table = read_small_batch(planned_partitions(df))
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
@@ -818,28 +818,14 @@ class ChangefeedRunner:
             self.stop(namespace, changefeed_id)
 
 
-def sole_planned_partition(df) -> bytes | None:
-    """The pickled input partition of a foreachBatch DataFrame that reads one partition of a
-    Python data source, taken from its plan without running it; None for any other plan."""
+def planned_partitions(df) -> list[bytes] | None:
+    """The pickled input partitions of a foreachBatch DataFrame that reads a Python data source, in
+    order, taken from its plan without running it; None for any other plan."""
     try:
         partitions = df._jdf.queryExecution().logical().rdd().partitions()
-        if len(partitions) != 1:
-            return None
-        return bytes(partitions[0].inputPartition().get().pickedPartition())
+        return [bytes(partition.inputPartition().get().pickedPartition()) for partition in partitions]
     except Exception:  # another Spark's internals: the caller runs the batch instead
         return None
-
-
-def marker_only_table(picked: bytes | None) -> pa.Table | None:
-    """The batch's table when its one partition is the binlog source's range marker: exactly
-    what reading it would return. None when the batch has anything else to read."""
-    try:
-        partition = pickle.loads(picked) if picked else None
-    except Exception:
-        return None
-    if not isinstance(partition, MarkerPartition):
-        return None
-    return pa.Table.from_batches([marker_batch(partition.start, partition.end)])
 
 
 def replay_start(status: ChangefeedStatus, index: TxnIndex) -> int:

@@ -229,6 +229,16 @@ def read_range_batches(r: BinlogRange, batch_rows: int = DEFAULT_BATCH_ROWS) -> 
     return _reported(r, replication_range_batches(r, native, batch_rows))
 
 
+def read_range_batches_at_once(r: BinlogRange, read_timeout: float) -> Optional[list[pa.RecordBatch]]:
+    """`read_range_batches` for a caller that would rather not wait: no wait for an upstream that
+    refuses or drops the connection, and `read_timeout` for one that is silent (either raises).
+    None when the native framer is not built (the pure path has no such bounds)."""
+    native = native_module()
+    if not has_native_framer(native):
+        return None
+    return list(_reported(r, framed_range_batches(r, native, DEFAULT_BATCH_ROWS, 0.0, read_timeout)))
+
+
 def _reported(r: BinlogRange, items: Iterator) -> Iterator:
     """`items`, with a lost upstream connection or a purged binlog raised as the coded error a
     user sees (upstream.connection.upstream_error): this runs in a Spark task, and only our own
@@ -474,25 +484,27 @@ class _ReplicationDump:
         return self._format[1], self._format[2]
 
 
-def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS,
+                         wait_seconds: float = UPSTREAM_WAIT_SECONDS,
+                         read_timeout: float = READ_TIMEOUT_SECONDS) -> Iterator[pa.RecordBatch]:
     """`read_range_batches` with the native framer (`has_native_framer(native)`): the same
     batches, checks and errors as `replication_range_batches`, except that a range past the
     binlog's end fails at once (the dump is non-blocking), a silent upstream fails after
-    READ_TIMEOUT_SECONDS (OSError/TimeoutError), where mysql-replication would wait, and an
-    upstream that refuses or drops the connection is waited for up to UPSTREAM_WAIT_SECONDS."""
+    `read_timeout` (OSError/TimeoutError), where mysql-replication would wait, and an upstream
+    that refuses or drops the connection is waited for up to `wait_seconds`."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
     tables = _read_table_maps(r)  # table id -> mysql-replication's Table
     layouts: dict[int, TableLayout] = {}
     end_file_number, end_pos = r.end.key()
-    dump = _dump_when_reachable(r, r.start, time.monotonic() + UPSTREAM_WAIT_SECONDS)
+    dump = _dump_when_reachable(r, r.start, time.monotonic() + wait_seconds)
     try:
         reader = native.BinlogRangeReader(
-            dump.fd, dump.checksum, READ_TIMEOUT_SECONDS, r.start.file, r.start.pos, end_file_number, end_pos,
+            dump.fd, dump.checksum, read_timeout, r.start.file, r.start.pos, end_file_number, end_pos,
             list(r.commit_ts), r.first_txn(), r.first_seq())
         for table_id, table in tables.items():
             reader.seed_table(table_id, table.schema, table.table)
-        events_at_connect, give_up_at = 0, time.monotonic() + UPSTREAM_WAIT_SECONDS
+        events_at_connect, give_up_at = 0, time.monotonic() + wait_seconds
         while True:
             try:
                 status = reader.read(batch_rows)
@@ -500,12 +512,12 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
                     pymysql.err.raise_mysql_exception(reader.pending()[1])
             except (OSError, pymysql.err.MySQLError) as exc:
                 # As mysql-replication does on a lost connection: dump again from the last whole
-                # event, waiting for a restarting upstream up to UPSTREAM_WAIT_SECONDS since the
+                # event, waiting for a restarting upstream up to `wait_seconds` since the
                 # last progress, so a dead upstream fails the task instead of looping.
                 if not lost_connection(exc):
                     raise
                 if reader.events != events_at_connect:
-                    give_up_at = time.monotonic() + UPSTREAM_WAIT_SECONDS
+                    give_up_at = time.monotonic() + wait_seconds
                 dump.close()
                 dump = _dump_when_reachable(r, BinlogPosition(reader.file, reader.pos), give_up_at)
                 if dump.checksum != reader.checksum:
