@@ -88,10 +88,13 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
         now[0] = at
         write(_Batch(partition, jobs), batch_id)
     writer.wait()
+    for thread in threading.enumerate():  # the jobs that keep a worker warm run beside the batches
+        if thread.name.startswith("keep-python-worker-"):
+            thread.join(10)
     # The first batch warms a Python worker, then a job at least every KEEP_PYTHON_WORKER_SECONDS (20 s);
     # a batch with anything but the marker always runs.
     assert runner_module.KEEP_PYTHON_WORKER_SECONDS == 20.0
-    assert [getattr(batch.partition, "end", "range") for batch in jobs] == [1, 4, "range"]
+    assert sorted(str(getattr(batch.partition, "end", "range")) for batch in jobs) == ["1", "4", "range"]
     assert [t.column("commit_ts").to_pylist() if t is not None else None for t in written] == \
         [[1], [2], [3], [4], [5], []]
     # A stopping changefeed neither reads nor writes the batches its query still runs.

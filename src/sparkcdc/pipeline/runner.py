@@ -77,8 +77,9 @@ RESTART_BACKOFF_INITIAL = 10.0
 RESTART_BACKOFF_MAX = 600.0
 # How long a MySQL sink retries a write in place before the failure restarts the changefeed.
 SINK_RETRY_SECONDS = 10.0
-# An idle changefeed still runs a Spark job this often, keeping a Python worker alive (Spark's
-# PythonWorkerFactory stops workers idle for a minute).
+# A changefeed whose batches are read in the driver (small or idle) still runs a batch's Spark job
+# this often, beside the batch, keeping a Python worker alive (Spark's PythonWorkerFactory stops
+# workers idle for a minute).
 KEEP_PYTHON_WORKER_SECONDS = 20.0
 # How often a query's watcher checks for a failed write the query has not yet seen (PipelinedWriter)
 # and for a problem of the binlog puller.
@@ -495,12 +496,14 @@ class ChangefeedRunner:
             planned = began - handed_off[0]
             # A small batch (a caught-up changefeed's, or none but an idle upstream's resolved-ts
             # moving: its range marker alone) is known from its plan: read it here, without the
-            # Spark job that costs more than its rows (stream_reader.read_small_batch). But not
-            # for long: Spark stops a Python worker idle for a minute, and the next large batch
-            # would wait for a cold one (seconds on a loaded machine).
-            table = None
-            if began - last_job[0] < KEEP_PYTHON_WORKER_SECONDS:
-                table = read_small_batch(planned_partitions(df))
+            # Spark job that costs more than its rows (stream_reader.read_small_batch). Spark
+            # stops a Python worker idle for a minute, and the next large batch would wait for a
+            # cold one (seconds on a loaded machine): so its job still runs every
+            # KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way.
+            table = read_small_batch(planned_partitions(df))
+            if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
+                last_job[0] = began
+                keep_python_worker(df, changefeed_id)
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
@@ -826,6 +829,19 @@ def planned_partitions(df) -> list[bytes] | None:
         return [bytes(partition.inputPartition().get().pickedPartition()) for partition in partitions]
     except Exception:  # another Spark's internals: the caller runs the batch instead
         return None
+
+
+def keep_python_worker(df, changefeed_id: str) -> None:
+    """Run the batch's Spark job in a thread of its own and drop what it reads: it keeps a
+    Python worker warm for the next batch too large to read in the driver. A failure is only
+    logged: the batch itself is read and written without it."""
+    def run() -> None:
+        try:
+            unpack_changes(df.toArrow())  # also removes the files its read tasks spooled
+        except Exception as exc:
+            log.debug("changefeed %s: the job that keeps a Python worker warm failed: %s", changefeed_id, exc)
+
+    threading.Thread(target=run, name=f"keep-python-worker-{changefeed_id}", daemon=True).start()
 
 
 def replay_start(status: ChangefeedStatus, index: TxnIndex) -> int:

@@ -277,6 +277,11 @@ class TxnCutter:
 # interval (1 s) plus an empty batch; at 1 s it reached 2.5-3.7 s on 2 busy cores
 # (bench/latency_bench.py), above issue 11's 2 s. Four heartbeats a second cost nothing measurable.
 DEFAULT_HEARTBEAT_SECONDS = 0.25
+# A busy upstream's transactions reach the index (and the changefeeds) at most this long after the
+# puller read them: every changefeed's latency waits for it. At 0.2 s it was ~0.1 s of a caught-up
+# changefeed's 0.3 s median at 5,000 rows/s (bench/latency_bench.py); an index append of five
+# transactions (WAL, synchronous=NORMAL) takes 2.7 ms, 1.6 ms of CPU: twenty a second, ~0.03 cores.
+DEFAULT_FLUSH_SECONDS = 0.05
 # A replication socket silent this long despite heartbeats is dead (a half-open TCP connection
 # would otherwise block the read forever): reconnect. Data waiting in the socket is read at once
 # however busy this process is, so load does not trip it.
@@ -336,7 +341,7 @@ class Puller:
         index: TxnIndex,
         server_id: int,
         heartbeat_seconds: float = DEFAULT_HEARTBEAT_SECONDS,
-        flush_interval: float = 0.2,
+        flush_interval: float = DEFAULT_FLUSH_SECONDS,
         flush_max_txns: int = 5000,
         clock: Callable[[], float] = time.time,
         piece_bytes: int = DEFAULT_PIECE_BYTES,
