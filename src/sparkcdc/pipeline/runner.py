@@ -499,11 +499,16 @@ class ChangefeedRunner:
             # Spark job that costs more than its rows (stream_reader.read_small_batch). Spark
             # stops a Python worker idle for a minute, and the next large batch would wait for a
             # cold one (seconds on a loaded machine): so its job still runs every
-            # KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way.
+            # KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way. A query's
+            # first batch runs it in its way: beside the next batch's job it would start workers
+            # of its own, each to warm up again.
             table = read_small_batch(planned_partitions(df))
             if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
-                last_job[0] = began
-                keep_python_worker(df, changefeed_id)
+                if last_job[0] == float("-inf"):
+                    table = None
+                else:
+                    last_job[0] = began
+                    keep_python_worker(df, changefeed_id)
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
