@@ -97,8 +97,24 @@ def test_an_idle_changefeed_still_runs_a_job_every_keep_warm_interval(tmp_path, 
     assert sorted(str(getattr(batch.partition, "end", "range")) for batch in jobs) == ["1", "4", "range"]
     assert [t.column("commit_ts").to_pylist() if t is not None else None for t in written] == \
         [[1], [2], [3], [4], [5], []]
+    # A batch that comes while the one before is still being written (a catch-up's) is not
+    # looked at: Spark reads it, even when it is the marker alone.
+    release = threading.Event()
+
+    def slow_write(table, *rest) -> None:
+        release.wait(10)
+        written.append(table)
+
+    monkeypatch.setattr(runner_module, "write_batch", slow_write)
+    now[0] = 24
+    write(_Batch(MarkerPartition(5, 6), jobs), 6)  # read here: nothing was being written
+    threading.Timer(0.5, release.set).start()  # batch 7 hands over once batch 6 is written
+    write(_Batch(MarkerPartition(6, 7), jobs), 7)  # read while batch 6 is still being written
+    writer.wait()
+    assert len(jobs) == 4 and jobs[-1].partition == MarkerPartition(6, 7)
+    assert [t.column("commit_ts").to_pylist() for t in written[-2:]] == [[6], [7]]
     # A stopping changefeed neither reads nor writes the batches its query still runs.
     stopping.set()
-    write(_Batch(InputPartition(8), jobs), 6)
+    write(_Batch(InputPartition(8), jobs), 8)
     writer.wait()
-    assert len(jobs) == 3 and len(written) == 6
+    assert len(jobs) == 4 and len(written) == 8

@@ -157,6 +157,12 @@ class PipelinedWriter:
             raise self._error
 
     @property
+    def writing(self) -> bool:
+        """Whether a write is in flight."""
+        pending = self._pending
+        return pending is not None and pending.is_alive()
+
+    @property
     def failure(self) -> BaseException | None:
         """The error of a failed write, once it has finished."""
         pending = self._pending
@@ -502,7 +508,10 @@ class ChangefeedRunner:
             # KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way. A query's
             # first batch runs it in its way: beside the next batch's job it would start workers
             # of its own, each to warm up again.
-            table = read_small_batch(planned_partitions(df))
+            # A batch that comes while the previous one is still being written is a catch-up's:
+            # its plan is not looked at. Its ~15 Py4J calls would each wait for the writer's
+            # thread to let go of the GIL, ~0.1 s in all, 10% of a 1M-change catch-up.
+            table = None if writer.writing else read_small_batch(planned_partitions(df))
             if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
                 if last_job[0] == float("-inf"):
                     table = None
