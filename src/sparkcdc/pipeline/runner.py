@@ -511,13 +511,11 @@ class ChangefeedRunner:
             # A batch that comes while the previous one is still being written is a catch-up's:
             # its plan is not looked at. Its ~15 Py4J calls would each wait for the writer's
             # thread to let go of the GIL, ~0.1 s in all, 10% of a 1M-change catch-up.
-            table = None if writer.writing else read_small_batch(planned_partitions(df))
+            first = last_job[0] == float("-inf")
+            table = None if first or writer.writing else read_small_batch(planned_partitions(df))
             if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
-                if last_job[0] == float("-inf"):
-                    table = None
-                else:
-                    last_job[0] = began
-                    keep_python_worker(df, changefeed_id)
+                last_job[0] = began
+                keep_python_worker(df, changefeed_id)
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
