@@ -301,14 +301,21 @@ def test_storage_errors_are_transient_unless_retrying_cannot_fix_them():
 
 @pytest.mark.parametrize("most", [None, 1, 7, 1000])
 def test_a_data_file_is_its_parts_in_order_whatever_each_writev_takes(tmp_path, monkeypatch, most):
-    """write_parts hands the parts to writev IOV_MAX at a time and goes on after a short write
-    from the first byte not written (`most`: the bytes a call writes at most)."""
-    parts = [b"", *(bytes([65 + i % 26]) * (i % 13) for i in range(3000)), b"tail"]
+    """write_parts hands the parts to writev IOV_MAX at a time, WRITE_CALL_BYTES at most (a part
+    longer than that goes in slices), and goes on after a short write from the first byte not
+    written (`most`: the bytes a call writes at most)."""
+    parts = [b"", *(bytes([65 + i % 26]) * (i % 13) for i in range(3000)), b"x" * 500, b"tail"]
     monkeypatch.setattr(storage_writer, "_IOV_MAX", 64)
-    if most is not None:
-        real = os.writev
-        monkeypatch.setattr(storage_writer.os, "writev",
-                            lambda fd, buffers: real(fd, [b"".join(bytes(b) for b in buffers)[:most]]))
+    monkeypatch.setattr(storage_writer, "WRITE_CALL_BYTES", 100)
+    real = os.writev
+    calls = []
+
+    def writev(fd, buffers):
+        data = b"".join(bytes(b) for b in buffers)
+        calls.append((len(buffers), len(data)))
+        return real(fd, [data[:most] if most is not None else data])
+
+    monkeypatch.setattr(storage_writer.os, "writev", writev)
     path = tmp_path / "file"
     handle = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
@@ -316,3 +323,4 @@ def test_a_data_file_is_its_parts_in_order_whatever_each_writev_takes(tmp_path, 
     finally:
         os.close(handle)
     assert path.read_bytes() == b"".join(parts)
+    assert max(pieces for pieces, _ in calls) <= 64 and max(size for _, size in calls) <= 100
