@@ -2,9 +2,9 @@
 reaches the JVM that bin/spark-submit starts in local mode), a user's --spark-conf goes over them,
 its Python workers and the driver share Arrow's allocator and import the same compiled pyspark, a
 class archive the JVM cannot use (damaged, or made for another JDK) does not stop it, the driver
-does not import pandas, and Spark never starts its lookup of installed Python data sources while
-a source registered by class still reads. In a child process: a process's first SparkSession
-fixes its JVM's options for every later one."""
+does not import pandas, Spark never starts its lookup of installed Python data sources while a
+source registered by class still reads, and Spark's planner processes stop when retired. In a
+child process: a process's first SparkSession fixes its JVM's options for every later one."""
 
 from __future__ import annotations
 
@@ -61,12 +61,31 @@ class Source(DataSource):
 spark.dataSource.register(Source)
 read = [row.n for row in spark.read.format("sparkcdc_test_source").load().collect()]
 import subprocess
+import time
 jvm_pid = str(jvm.java.lang.ProcessHandle.current().pid())
 children = subprocess.run(["ps", "-ww", "-o", "args=", "--ppid", jvm_pid], capture_output=True, text=True).stdout
+
+def planner_daemons():
+    listed = subprocess.run(["ps", "-ww", "-o", "args=", "--ppid", jvm_pid], capture_output=True, text=True).stdout
+    return sorted(line.split()[-1] for line in listed.splitlines() if "pyspark.sql.worker." in line)
+
+from sparkcdc.pipeline.spark_session import begin_planner_use, end_planner_use, retire_planner_workers
+planners = {"after_read": planner_daemons()}
+token = begin_planner_use()  # a query starting: they stay
+planners["while_used"] = retire_planner_workers(spark)
+end_planner_use(token)
+planners["retired"] = retire_planner_workers(spark)
+deadline = time.monotonic() + 20
+while planner_daemons() and time.monotonic() < deadline:
+    time.sleep(0.1)
+planners["after_retire"] = planner_daemons()
+planners["read_again"] = [row.n for row in spark.read.format("sparkcdc_test_source").load().collect()]
+planners["after_second_read"] = planner_daemons()
 print(json.dumps({"arguments": arguments, "rows": rows, "partitions": spark.conf.get("spark.sql.shuffle.partitions"),
                   "pools": [pa.default_memory_pool().backend_name, worker], "read": read,
                   "children": children.splitlines(), "pandas_in_driver": pandas_in_driver,
-                  "below_numpy": below_numpy, "pyspark": [pyspark.__file__, worker_row.pyspark]}))
+                  "below_numpy": below_numpy, "pyspark": [pyspark.__file__, worker_row.pyspark],
+                  "planners": planners}))
 spark.stop()
 """
 
@@ -98,3 +117,11 @@ def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tm
     children = result["children"]
     assert any("pyspark.daemon" in child for child in children), children  # the workers' daemons are seen
     assert not any("lookup_data_sources" in child for child in children), children
+    # Spark's planner daemons stay while a query start or a batch read marks them used, stop when
+    # retired, and come back for the next read (retire_planner_workers).
+    planners = result["planners"]
+    modules = ["pyspark.sql.worker.create_data_source", "pyspark.sql.worker.plan_data_source_read"]
+    assert planners["after_read"] == modules, planners
+    assert planners["while_used"] == [] and planners["retired"] == modules, planners
+    assert planners["after_retire"] == [], planners
+    assert planners["read_again"] == [7] and planners["after_second_read"] == modules, planners

@@ -53,6 +53,7 @@ from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstr
 from sparkcdc.pipeline.planning import BatchPlan, ChunkPartition, SourceOptions
 from sparkcdc.pipeline.query_rest import REST_TIMEOUT_SECONDS, bring_to_rest
 from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, SOURCE_NAME
+from sparkcdc.pipeline.spark_session import begin_planner_use, end_planner_use, planner_use, retire_planner_workers
 from sparkcdc.pipeline.stream_reader import read_small_batch
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
@@ -337,22 +338,29 @@ class ChangefeedRunner:
             name = f"changefeed-{info.namespace}-{info.id}"
             writer = PipelinedWriter(f"write-{info.id}")
             self.before_start()
-            batch_function = self._batch_writer(info, spec, writer, sink, stopping, changefeed_metrics, *extras)
+            # The query's start needs Spark's planner processes up to its first batch (spark_session.py).
+            planner_token = None if is_connect_session(self._spark) else begin_planner_use()
+            batch_function = self._batch_writer(info, spec, writer, sink, stopping, changefeed_metrics, *extras,
+                                                planner_token=planner_token)
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
                 query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path), batch_function,
                                          trigger_seconds(self._trigger), name).start()
             else:
-                query = (
-                    self._spark.readStream.format(SOURCE_NAME)
-                    .options(**options.to_options())
-                    .load()
-                    .writeStream.queryName(name)
-                    .foreachBatch(batch_function)
-                    .option("checkpointLocation", checkpoint_dir)
-                    # The source paces batches itself (BatchPacer): a backlog runs back to back.
-                    .trigger(processingTime="0 seconds")
-                    .start()
-                )
+                try:
+                    query = (
+                        self._spark.readStream.format(SOURCE_NAME)
+                        .options(**options.to_options())
+                        .load()
+                        .writeStream.queryName(name)
+                        .foreachBatch(batch_function)
+                        .option("checkpointLocation", checkpoint_dir)
+                        # The source paces batches itself (BatchPacer): a backlog runs back to back.
+                        .trigger(processingTime="0 seconds")
+                        .start()
+                    )
+                except BaseException:
+                    end_planner_use(planner_token)
+                    raise
             self._running[key] = _Running(query, writer, sink, stopping, extras)
             if snapshot is not None:
                 snapshot.start()
@@ -361,7 +369,8 @@ class ChangefeedRunner:
                                                 upstream=is_upstream_failure((info.error or {}).get("message", "")),
                                                 connects=self._upstream_health().connects)
         threading.Thread(
-            target=self._watch, args=(key, query, writer, stopping, snapshot), name=f"watch-{info.id}", daemon=True
+            target=self._watch, args=(key, query, writer, stopping, snapshot, planner_token), name=f"watch-{info.id}",
+            daemon=True
         ).start()
         log.info("changefeed %s/%s started at checkpoint %d", info.namespace, info.id, status.checkpoint_ts)
 
@@ -410,7 +419,9 @@ class ChangefeedRunner:
         def read_wave(reads):
             plan = BatchPlan(options, tuple(ChunkPartition(read) for read in reads))
             session = getattr(self._spark, "session", self._spark)
-            return unpack_changes(session.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load().toArrow())
+            with planner_use():  # Spark's planner processes read the plan (spark_session.py)
+                return unpack_changes(session.read.format(BATCH_SOURCE_NAME).options(**plan.to_options()).load()
+                                      .toArrow())
 
         stage = SnapshotStage(info.namespace, info.id, config, self._upstream_uri, index, self._store, read_wave,
                               parallelism, cap_file=cap_file)
@@ -468,7 +479,7 @@ class ChangefeedRunner:
 
     def _batch_writer(self, info: ChangefeedInfo, spec: SinkSpec, writer: PipelinedWriter, sink,
                       stopping: threading.Event, changefeed_metrics: ChangefeedMetrics | None = None,
-                      redo=None, syncpoint=None, snapshot=None):
+                      redo=None, syncpoint=None, snapshot=None, planner_token: object | None = None):
         config = spec.config
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
@@ -523,6 +534,12 @@ class ChangefeedRunner:
                     if stopping.is_set():
                         return  # stop() cancelled the read: nothing of this batch was written
                     raise
+                if first and planner_token is not None:
+                    # Started: Spark's planner processes idle from here (spark_session.py).
+                    end_planner_use(planner_token)
+                    if retired := retire_planner_workers(self._spark):
+                        log.info("changefeed %s: stopped Spark's idle planner workers (%s)", changefeed_id,
+                                 ", ".join(retired))
                 last_job[0] = began
             if stopping.is_set():
                 return
@@ -570,9 +587,14 @@ class ChangefeedRunner:
         # Stopping the query from inside its own batch would deadlock: do it from a thread.
         threading.Thread(target=self.stop, args=(namespace, changefeed_id), daemon=True).start()
 
-    def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event, snapshot=None) -> None:
-        with changefeed_context(*key):
-            self._watch_query(key, query, writer, stopping, snapshot)
+    def _watch(self, key, query, writer: PipelinedWriter, stopping: threading.Event, snapshot=None,
+               planner_token: object | None = None) -> None:
+        try:
+            with changefeed_context(*key):
+                self._watch_query(key, query, writer, stopping, snapshot)
+        finally:
+            if planner_token is not None:
+                end_planner_use(planner_token)  # a query that ended before its first batch
 
     def _watch_query(self, key, query, writer: PipelinedWriter, stopping: threading.Event, snapshot=None) -> None:
         failure = None  # what the watcher itself stopped the query for

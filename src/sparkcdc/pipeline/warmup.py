@@ -140,6 +140,8 @@ def start_warm_up(spark, attempts: int = 3, delay: float = 0.0) -> WarmUp:
 
     Retried: on a loaded machine a query's first Python worker may miss Spark's 10 s deadline to
     connect back, the very cost the warm-up is there to pay."""
+    from sparkcdc.pipeline.spark_session import planner_use  # not for the planner workers that unpickle this module
+
     cancelled = threading.Event()
 
     def run() -> None:
@@ -148,7 +150,8 @@ def start_warm_up(spark, attempts: int = 3, delay: float = 0.0) -> WarmUp:
         began = time.monotonic()
         for attempt in range(1, attempts + 1):
             try:
-                seconds = warm_up(spark, cancelled=cancelled)
+                with planner_use():  # not stopped beneath it by a changefeed's first batch
+                    seconds = warm_up(spark, cancelled=cancelled)
             except Exception as exc:
                 if cancelled.is_set():
                     log.info("Spark warm-up stopped after %.1fs: a changefeed started", time.monotonic() - began)
