@@ -499,6 +499,7 @@ class ChangefeedRunner:
                 self._finish(namespace, changefeed_id)
 
         last_job = [float("-inf")]  # when this query last ran a Spark job (monotonic)
+        planners_retired = [False]  # whether this query's catch-up stopped Spark's planner processes
         handed_off = [time.monotonic()]  # when the previous batch went to the writer (or the query started)
 
         def write(df, batch_id: int) -> None:
@@ -523,7 +524,8 @@ class ChangefeedRunner:
             # its plan is not looked at. Its ~15 Py4J calls would each wait for the writer's
             # thread to let go of the GIL, ~0.1 s in all, 10% of a 1M-change catch-up.
             first = last_job[0] == float("-inf")
-            table = None if first or writer.writing else read_small_batch(planned_partitions(df))
+            catching_up = writer.writing
+            table = None if first or catching_up else read_small_batch(planned_partitions(df))
             if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
                 last_job[0] = began
                 keep_python_worker(df, changefeed_id)
@@ -535,12 +537,15 @@ class ChangefeedRunner:
                         return  # stop() cancelled the read: nothing of this batch was written
                     raise
                 if first and planner_token is not None:
-                    # Started: Spark's planner processes idle from here (spark_session.py).
-                    end_planner_use(planner_token)
-                    if retired := retire_planner_workers(self._spark):
-                        log.info("changefeed %s: stopped Spark's idle planner workers (%s)", changefeed_id,
-                                 ", ".join(retired))
+                    end_planner_use(planner_token)  # started: Spark's planner processes idle from here
                 last_job[0] = began
+            if catching_up and planner_token is not None and not planners_retired[0]:
+                # A catch-up's batches are the changefeed's peak memory: Spark's idle planner
+                # processes go now, not a minute from now (spark_session.py). Only then, as the
+                # next query's start brings them back at ~1 s of its own.
+                planners_retired[0] = True
+                threading.Thread(target=self._retire_planner_workers, args=(namespace, changefeed_id),
+                                 name=f"retire-planners-{changefeed_id}", daemon=True).start()
             if stopping.is_set():
                 return
             decoded = time.monotonic()
@@ -579,6 +584,12 @@ class ChangefeedRunner:
             writer.submit(write_table)
 
         return write
+
+    def _retire_planner_workers(self, namespace: str, changefeed_id: str) -> None:
+        with changefeed_context(namespace, changefeed_id):
+            if retired := retire_planner_workers(self._spark):
+                log.info("changefeed %s catches up: stopped Spark's idle planner processes (%s)", changefeed_id,
+                         ", ".join(retired))
 
     def _finish(self, namespace: str, changefeed_id: str) -> None:
         info = self._store.get_changefeed(namespace, changefeed_id)
