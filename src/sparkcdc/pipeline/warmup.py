@@ -150,7 +150,7 @@ def start_warm_up(spark, attempts: int = 3, delay: float = 0.0) -> WarmUp:
         began = time.monotonic()
         for attempt in range(1, attempts + 1):
             try:
-                with planner_use():  # not stopped beneath it by a changefeed's first batch
+                with planner_use():  # not stopped beneath it by a changefeed's catch-up
                     seconds = warm_up(spark, cancelled=cancelled)
             except Exception as exc:
                 if cancelled.is_set():

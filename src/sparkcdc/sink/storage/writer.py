@@ -105,10 +105,10 @@ def _iov_max() -> int:
 _IOV_MAX = _iov_max()
 
 
-# Bytes one writev call hands the kernel at most. On this project's benchmark machines (Linux
-# 6.18 guests) a 32 MB data file written by one writev took 0.3-0.6 s, nearly all of it the
-# kernel's copy into the page cache (copy_folio_from_iter_atomic), and 0.01 s in 1 MiB calls
-# (docs/benchmarks.md): a write that large gets the largest page-cache folios.
+# Bytes one writev call hands the kernel at most. On this project's benchmark machine (a Linux
+# 6.18 guest) a 33 MB data file written by one writev took 0.26-0.59 s, nearly all of it the
+# kernel's copy into the page cache (copy_folio_from_iter_atomic), and 0.012-0.018 s in 1 MiB
+# calls (docs/benchmarks.md); why, was not found (a write that large gets the largest folios).
 WRITE_CALL_BYTES = 1 << 20
 
 
