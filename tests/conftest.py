@@ -81,3 +81,25 @@ def fresh_db(mariadb) -> str:
         cur.execute(f"CREATE DATABASE `{name}`")
     conn.close()
     return name
+
+
+# A failed test that ran sparkcdc servers shows what they logged: CI keeps only pytest's output.
+SERVER_LOG_PROBLEMS = 60  # the last WARNING/ERROR lines shown
+SERVER_LOG_TAIL = 30  # and the last lines of all
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    tmp_path = item.funcargs.get("tmp_path")
+    if tmp_path is None:
+        return
+    for log_path in sorted(tmp_path.rglob("server.log")):
+        lines = log_path.read_text(errors="replace").splitlines()
+        problems = [line for line in lines if "] [WARNING] [" in line or "] [ERROR] [" in line]
+        shown = problems[-SERVER_LOG_PROBLEMS:] + ["..."] + lines[-SERVER_LOG_TAIL:]
+        report.sections.append((f"server log {log_path.relative_to(tmp_path)}",
+                                "\n".join(line[:400] for line in shown)))
