@@ -3,6 +3,8 @@ canonical text the binlog decoder gives the same rows, and chunk boundaries cut 
 case-insensitive strings, composite, signed/unsigned, DECIMAL, DATETIME and BINARY keys into
 chunks that hold every row exactly once."""
 
+import socket
+import threading
 from dataclasses import replace
 
 import pyarrow as pa
@@ -174,3 +176,74 @@ def test_native_reader_reads_what_pymysql_reads(mariadb, fresh_db, monkeypatch):
     assert rows[0][1] == "\u00fe" * (9 * 1024 * 1024) and rows[0][2] == "ü" * (4608 * 1024)
     assert rows[1][1] is None and rows[2][1] == "\x00\xff\x80"
     reader.close()
+
+
+class _CuttingProxy:
+    """A TCP proxy to the upstream that closes both sides once `cut_after` bytes of the server's
+    answers have gone through: the upstream going away in the middle of a chunk's rows."""
+
+    def __init__(self, port: int, cut_after: int):
+        self._target, self._cut_after = ("127.0.0.1", port), cut_after
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            threading.Thread(target=self._pipe, args=(client, server, None), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(server, client, self._cut_after), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source, sink, cut_after) -> None:
+        sent = 0
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+                sent += len(data)
+                if cut_after is not None and sent >= cut_after:
+                    break
+        except OSError:
+            pass
+        for side in (source, sink):
+            try:
+                side.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            side.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.mark.parametrize("reader", ["native", "pymysql"])
+def test_an_upstream_lost_in_the_middle_of_a_chunk_is_a_retryable_upstream_error(mariadb, fresh_db, monkeypatch,
+                                                                                 reader):
+    """The snapshot of a changefeed whose primary dies during a chunk read waits for the upstream
+    and goes on: the read's error is ErrUpstreamUnreachable, never a bare OSError (the native
+    reader's), which the failure policy would take for one no retry fixes."""
+    from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure
+
+    if reader == "pymysql":
+        monkeypatch.setenv(FORCE_PURE_ENV, "1")
+    conn = mariadb.connect(database=fresh_db)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE wide (id INT PRIMARY KEY, pad CHAR(200) NOT NULL)")
+        cur.execute("INSERT INTO wide SELECT seq, REPEAT('w', 200) FROM seq_1_to_20000")
+    info = read_table_info(conn, fresh_db, "wide", 1, 1)
+    assert (native_modes(native_module(), info.columns) is None) == (reader == "pymysql")
+    proxy = _CuttingProxy(mariadb.port, cut_after=1_000_000)  # of ~4 MB of rows
+    try:
+        cfg = UpstreamConfig.from_uri(f"mysql://root@127.0.0.1:{proxy.port}/")
+        with pytest.raises(Exception) as raised:
+            list(read_chunk_batches(ChunkRead(cfg, 0, info.to_json(), None, None, None)))
+    finally:
+        proxy.close()
+    message = str(raised.value)
+    assert error_code(message) == "SPARKCDC:ErrUpstreamUnreachable", message
+    assert f"a chunk of `{fresh_db}`.`wide`" in message, message
+    assert is_retryable_failure(message) and is_upstream_failure(message)

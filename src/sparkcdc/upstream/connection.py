@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import pymysql
@@ -180,6 +180,20 @@ def upstream_error(cfg: UpstreamConfig, exc: BaseException, doing: str,
     return ErrUpstreamUnreachable(
         f"{doing}: the connection to upstream {cfg.masked_uri()} failed ({detail}); check that the upstream "
         "server is running and reachable: the changefeed goes on by itself once it is back")
+
+
+def reported(items: Iterator, cfg: UpstreamConfig, doing: str, needed: Optional[BinlogPosition] = None) -> Iterator:
+    """`items`, with a lost upstream connection (or a purged binlog) raised as the coded error a
+    user sees (`upstream_error`): for reads in Spark tasks, where only our own error line survives
+    the trip through Spark to the changefeed's state, and a bare `OSError` of the native reader
+    would read as a failure no retry fixes."""
+    try:
+        yield from items
+    except Exception as exc:
+        error = upstream_error(cfg, exc, doing, needed)
+        if error is None or error is exc:
+            raise
+        raise error from exc
 
 
 def binlog_purged_error(cfg: UpstreamConfig, needed: Optional[BinlogPosition], doing: str, server_says: str,

@@ -50,7 +50,7 @@ from sparkcdc.errors import ErrBinlogUnsupportedEvent
 from sparkcdc.model.change_batch import CHANGE_SCHEMA, OP_CODES, OP_NAMES, image_array, string_array
 from sparkcdc.model.events import RowChange, TableInfo, Value
 from sparkcdc.model.position import BinlogPosition
-from sparkcdc.upstream.connection import UpstreamConfig, connected_socket, lost_connection, upstream_error
+from sparkcdc.upstream.connection import UpstreamConfig, connected_socket, lost_connection, reported
 from sparkcdc.upstream import decoder_fixes  # noqa: F401  (corrects TIME2 decoding)
 from sparkcdc.upstream.native_decode import compile_layout, native_module
 
@@ -240,16 +240,7 @@ def read_range_batches_at_once(r: BinlogRange, read_timeout: float) -> Optional[
 
 
 def _reported(r: BinlogRange, items: Iterator) -> Iterator:
-    """`items`, with a lost upstream connection or a purged binlog raised as the coded error a
-    user sees (upstream.connection.upstream_error): this runs in a Spark task, and only our own
-    error line survives the trip through Spark to the changefeed's state."""
-    try:
-        yield from items
-    except Exception as exc:
-        error = upstream_error(r.upstream, exc, f"a Spark task reading the binlog range {r.start}..{r.end}", r.start)
-        if error is None or error is exc:
-            raise
-        raise error from exc
+    return reported(items, r.upstream, f"a Spark task reading the binlog range {r.start}..{r.end}", r.start)
 
 
 def replication_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:

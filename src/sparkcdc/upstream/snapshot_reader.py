@@ -42,7 +42,7 @@ from sparkcdc.model.events import BINARY_TYPES, GEOMETRY_TYPES, ColumnInfo, Tabl
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.snapshot import Bound, ChunkKey
 from sparkcdc.model.sql_values import to_parameter
-from sparkcdc.upstream.connection import UpstreamConfig, connected_socket
+from sparkcdc.upstream.connection import UpstreamConfig, connected_socket, reported
 from sparkcdc.upstream.native_decode import native_module
 
 # The op of a chunk's marker row (model.change_batch's RANGE_MARKER is the binlog source's).
@@ -363,8 +363,14 @@ def _native_batches(cursor, sock, native, modes: list[int], sql: str, params: li
 
 def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
     """The chunk's marker, then its rows as of one consistent snapshot, `batch_rows` at a time
-    (with the native reader, `_NATIVE_BATCH_FACTOR` times that)."""
+    (with the native reader, `_NATIVE_BATCH_FACTOR` times that). An upstream that goes away
+    during the read is ErrUpstreamUnreachable, which the changefeed retries once it is back."""
     info = TableInfo.from_json(read.table_info)
+    doing = f"a Spark task reading a chunk of {table_name(info.schema, info.table)}"
+    return reported(_chunk_batches(read, info, batch_rows), read.upstream, doing)
+
+
+def _chunk_batches(read: ChunkRead, info: TableInfo, batch_rows: int) -> Iterator[pa.RecordBatch]:
     native = native_module()
     modes = native_modes(native, info.columns)
     sock = None if modes is None else connected_socket(read.upstream)
@@ -374,39 +380,49 @@ def read_chunk_batches(read: ChunkRead, batch_rows: int = CHUNK_BATCH_ROWS) -> I
         if sock is not None:
             sock.close()
         raise
+    cursor = conn.cursor(pymysql.cursors.SSCursor)
     try:
-        with conn.cursor(pymysql.cursors.SSCursor) as cursor:
-            cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            position = snapshot_position(cursor)
-            names = ", ".join(quote_name(c.name) for c in info.columns)
-            sql = f"SELECT {names} FROM {table_name(info.schema, info.table)}"
-            params: list = []
-            if read.key is not None:
-                predicate, params = chunk_predicate(key_columns(info, read.key), read.low, read.high)
-                sql += f" FORCE INDEX ({quote_name(read.key.index)}) WHERE {predicate}"
-            if modes is None:
-                batches = _pymysql_batches(cursor, sql, params, read, info, batch_rows)
-            else:
-                batches = _native_batches(cursor, sock, native, modes, sql, params, read, info, batch_rows)
-            try:
-                first = next(batches, None)  # the SELECT's answer starts: refusals come here
-            except pymysql.err.MySQLError as exc:
-                number = exc.args[0] if exc.args else 0
-                if number in (_TABLE_ACCESS_DENIED, _COLUMN_ACCESS_DENIED):
-                    raise privilege_error(info.schema, info.table, exc) from None
-                if number in (_NO_SUCH_TABLE, _BAD_FIELD, _TABLE_DEF_CHANGED, _KEY_DOES_NOT_EXIST):
-                    problem = PROBLEM_TABLE_GONE if number == _NO_SUCH_TABLE else PROBLEM_TABLE_CHANGED
-                    yield _marker(read.number, info, str(position), f"{problem}: {exc.args[-1]}")
-                    return
-                raise
-            yield _marker(read.number, info, str(position), "")
-            if first is not None:
-                yield first
-                yield from batches
-            cursor.execute("COMMIT")
+        cursor.execute("SET SESSION TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+        position = snapshot_position(cursor)
+        names = ", ".join(quote_name(c.name) for c in info.columns)
+        sql = f"SELECT {names} FROM {table_name(info.schema, info.table)}"
+        params: list = []
+        if read.key is not None:
+            predicate, params = chunk_predicate(key_columns(info, read.key), read.low, read.high)
+            sql += f" FORCE INDEX ({quote_name(read.key.index)}) WHERE {predicate}"
+        if modes is None:
+            batches = _pymysql_batches(cursor, sql, params, read, info, batch_rows)
+        else:
+            batches = _native_batches(cursor, sock, native, modes, sql, params, read, info, batch_rows)
+        try:
+            first = next(batches, None)  # the SELECT's answer starts: refusals come here
+        except pymysql.err.MySQLError as exc:
+            number = exc.args[0] if exc.args else 0
+            if number in (_TABLE_ACCESS_DENIED, _COLUMN_ACCESS_DENIED):
+                raise privilege_error(info.schema, info.table, exc) from None
+            if number in (_NO_SUCH_TABLE, _BAD_FIELD, _TABLE_DEF_CHANGED, _KEY_DOES_NOT_EXIST):
+                problem = PROBLEM_TABLE_GONE if number == _NO_SUCH_TABLE else PROBLEM_TABLE_CHANGED
+                yield _marker(read.number, info, str(position), f"{problem}: {exc.args[-1]}")
+                return
+            raise
+        yield _marker(read.number, info, str(position), "")
+        if first is not None:
+            yield first
+            yield from batches
+        cursor.execute("COMMIT")
     finally:
-        conn.close()
+        # After a lost connection pymysql's own close() raises (`Already closed`, or an
+        # AttributeError from the cursor's unread rows), which would hide the read's error.
+        _close_quietly(cursor)
+        _close_quietly(conn)
+
+
+def _close_quietly(closeable) -> None:
+    try:
+        closeable.close()
+    except Exception:  # noqa: BLE001 - already broken: the caller raises the error that broke it
+        pass
 
 
 def snapshot_position(cursor) -> BinlogPosition:
