@@ -529,6 +529,7 @@ class ChangefeedRunner:
             if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
                 last_job[0] = began
                 keep_python_worker(df, changefeed_id)
+            large = False  # a batch after the first that its read tasks read: over SMALL_BATCH_BYTES
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
@@ -538,11 +539,13 @@ class ChangefeedRunner:
                     raise
                 if first and planner_token is not None:
                     end_planner_use(planner_token)  # started: Spark's planner processes idle from here
+                large = not first
                 last_job[0] = began
-            if catching_up and planner_token is not None and not planners_retired[0]:
+            if (catching_up or large) and planner_token is not None and not planners_retired[0]:
                 # A catch-up's batches are the changefeed's peak memory: Spark's idle planner
                 # processes go now, not a minute from now (spark_session.py). Only then, as the
-                # next query's start brings them back at ~1 s of its own.
+                # next query's start brings them back at ~1 s of its own. A writer that keeps up
+                # with the reads is no sign of the end of a catch-up: its batches are still large.
                 planners_retired[0] = True
                 threading.Thread(target=self._retire_planner_workers, args=(namespace, changefeed_id),
                                  name=f"retire-planners-{changefeed_id}", daemon=True).start()
