@@ -320,8 +320,9 @@ def retire_planner_workers(spark) -> list[str]:
     that query's start, as after any minute without one). Returns the modules stopped.
 
     A changefeed's query calls this at its first batch of a catch-up (one that comes while the
-    last is still being written), whose peak memory then does not hold them (1,266 -> 1,014-1,078
-    MiB RSS on the 1M-change run, docs/benchmarks.md); a changefeed that never falls behind leaves
+    last is still being written, or a large one after its first: read by Spark's tasks, not the
+    driver), whose peak memory then does not hold them (1,142 -> 998-1,064 MiB RSS on the
+    1M-change run, docs/benchmarks.md); a changefeed that never falls behind leaves
     them to Spark, so that changefeeds made one after another do not each start them again.
     Spark has no API for it: SparkEnv's factories are read by reflection (py4j cannot list
     SparkEnv's own methods: their signatures name protobuf classes the driver's class path
