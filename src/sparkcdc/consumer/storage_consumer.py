@@ -53,7 +53,7 @@ from sparkcdc.model.events import ColumnInfo, DDLEvent, RowChange, TableInfo
 from sparkcdc.model.netting import net_changes_per_key
 from sparkcdc.observability.progress import Progress
 from sparkcdc.schema.parser import quote_identifier
-from sparkcdc.sink.mysql.connection import close_quietly
+from sparkcdc.upstream.connection import close_quietly
 from sparkcdc.config.storage_location import parse_storage_location
 from sparkcdc.schema.ddl_types import ACTION_TYPES
 from sparkcdc.sink.storage.table_definition import TableDefinition

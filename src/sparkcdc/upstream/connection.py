@@ -182,6 +182,17 @@ def upstream_error(cfg: UpstreamConfig, exc: BaseException, doing: str,
         "server is running and reachable: the changefeed goes on by itself once it is back")
 
 
+def close_quietly(connection) -> None:
+    """Close a connection (or a cursor) that may already be broken: closing is best effort, and
+    after a lost connection pymysql's own close() raises, which would hide the error that broke it."""
+    if connection is None:
+        return
+    try:
+        connection.close()
+    except Exception:  # noqa: BLE001 - a dead socket raises whatever it likes
+        pass
+
+
 def reported(items: Iterator, cfg: UpstreamConfig, doing: str, needed: Optional[BinlogPosition] = None) -> Iterator:
     """`items`, with a lost upstream connection (or a purged binlog) raised as the coded error a
     user sees (`upstream_error`): for reads in Spark tasks, where only our own error line survives

@@ -42,7 +42,7 @@ from sparkcdc.model.events import BINARY_TYPES, GEOMETRY_TYPES, ColumnInfo, Tabl
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.snapshot import Bound, ChunkKey
 from sparkcdc.model.sql_values import to_parameter
-from sparkcdc.upstream.connection import UpstreamConfig, connected_socket, reported
+from sparkcdc.upstream.connection import UpstreamConfig, close_quietly, connected_socket, reported
 from sparkcdc.upstream.native_decode import native_module
 
 # The op of a chunk's marker row (model.change_batch's RANGE_MARKER is the binlog source's).
@@ -412,17 +412,10 @@ def _chunk_batches(read: ChunkRead, info: TableInfo, batch_rows: int) -> Iterato
             yield from batches
         cursor.execute("COMMIT")
     finally:
-        # After a lost connection pymysql's own close() raises (`Already closed`, or an
-        # AttributeError from the cursor's unread rows), which would hide the read's error.
-        _close_quietly(cursor)
-        _close_quietly(conn)
-
-
-def _close_quietly(closeable) -> None:
-    try:
-        closeable.close()
-    except Exception:  # noqa: BLE001 - already broken: the caller raises the error that broke it
-        pass
+        # After a lost connection the cursor's close() raises (an AttributeError from its unread
+        # rows), which would hide the read's error.
+        close_quietly(cursor)
+        close_quietly(conn)
 
 
 def snapshot_position(cursor) -> BinlogPosition:

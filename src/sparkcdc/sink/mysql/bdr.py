@@ -20,8 +20,9 @@ import pymysql
 from sparkcdc.errors import ErrBDRDownstreamPrivilege, ErrMySQLConnectionError
 from sparkcdc.model.events import TableInfo
 from sparkcdc.sink.mysql.config import MySQLSinkConfig
-from sparkcdc.sink.mysql.connection import close_quietly, connect
+from sparkcdc.sink.mysql.connection import connect
 from sparkcdc.sink.mysql.error_codes import error_number
+from sparkcdc.upstream.connection import close_quietly
 
 log = logging.getLogger(__name__)
 

@@ -120,16 +120,6 @@ class DownstreamFlavor(Enum):
     TIDB = "tidb"  # multi-row CASE-WHEN UPDATE, TiDB session variables, background ADD INDEX
 
 
-def close_quietly(connection) -> None:
-    """Close a connection that may already be broken (closing is best effort)."""
-    if connection is None:
-        return
-    try:
-        connection.close()
-    except Exception:  # noqa: BLE001 - a dead socket raises whatever it likes
-        pass
-
-
 def detect_flavor(connection) -> DownstreamFlavor:
     """TiCDC's check: only TiDB has tidb_version()."""
     try:

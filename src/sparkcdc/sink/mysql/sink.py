@@ -57,11 +57,11 @@ from sparkcdc.sink.mysql.connection import (
     DownstreamFlavor,
     RetryPolicy,
     apply_tidb_session,
-    close_quietly,
     connect,
     detect_flavor,
 )
 from sparkcdc.sink.mysql.error_codes import error_number, is_ddl_already_applied, is_retryable
+from sparkcdc.upstream.connection import close_quietly
 from sparkcdc.sink.mysql.foreign_keys import (
     CREATE_PROGRESS_TABLE,
     PROGRESS_SCHEMA,

@@ -29,7 +29,8 @@ from sparkcdc.config.replica import ReplicaConfig
 from sparkcdc.errors import ErrMySQLConnectionError, ErrMySQLTxnError
 from sparkcdc.model.tso import compose, physical_ms
 from sparkcdc.sink.mysql.config import MySQLSinkConfig, parse_mysql_sink_uri
-from sparkcdc.sink.mysql.connection import DownstreamFlavor, close_quietly, connect, detect_flavor, is_retryable
+from sparkcdc.sink.mysql.connection import DownstreamFlavor, connect, detect_flavor, is_retryable
+from sparkcdc.upstream.connection import close_quietly
 
 log = logging.getLogger(__name__)
 
