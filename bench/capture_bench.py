@@ -122,7 +122,8 @@ def run_changefeed(server: ServerProcess, name: str, start_ts: int, end_ts: int,
     elapsed = time.monotonic() - began
     peak = sampler.stop()
     print(f"  first checkpoint after {first if first is not None else elapsed:.1f}s; "
-          f"{format_peaks(sampler)}; at the RSS peak: {format_breakdown(sampler.at_peak)}", flush=True)
+          f"{format_peaks(sampler)}; at the RSS peak: {format_breakdown(sampler.at_peak)}; "
+          f"each one's own peak: {format_breakdown(sampler.group_peaks)}", flush=True)
     cpu_used = tree_usage(server.process.pid)[0] - cpu_before
     server.cli("changefeed", "remove", "-c", name)
     return elapsed, cpu_used, peak

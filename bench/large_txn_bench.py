@@ -130,7 +130,8 @@ def main() -> int:
               f"after {elapsed:.1f}s, CPU {cpu:.1f}s; server tree peak RSS {mib(changefeed_peak)} "
               f"(server + Spark JVM + Python workers); MariaDB peak RSS {mib(upstream_peak)}; "
               f"load average after: {os.getloadavg()}", flush=True)
-        print(f"  server tree at its peak: {format_breakdown(server_peak.at_peak)}", flush=True)
+        print(f"  server tree at its peak: {format_breakdown(server_peak.at_peak)}; each one's own peak: "
+              f"{format_breakdown(server_peak.group_peaks)}", flush=True)
         if not done:
             log_path = server.log_path or os.path.join(base, "cdc", "server.log")
             with open(log_path, encoding="utf-8", errors="replace") as f:

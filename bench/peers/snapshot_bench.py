@@ -105,7 +105,8 @@ def run_sparkcdc(server, name: str, sink_dir: str, rows: int, parallelism: int) 
         time.sleep(0.2)
     elapsed = time.monotonic() - began
     peak = sampler.stop()
-    print(f"  {format_peaks(sampler)}; at the RSS peak: {format_breakdown(sampler.at_peak)}", flush=True)
+    print(f"  {format_peaks(sampler)}; at the RSS peak: {format_breakdown(sampler.at_peak)}; "
+          f"each one's own peak: {format_breakdown(sampler.group_peaks)}", flush=True)
     cpu = tree_usage(server.process.pid)[0] - cpu_before
     return elapsed, cpu, peak
 

@@ -144,12 +144,15 @@ class PeakRSS(threading.Thread):
     `at_peak` the tree's tree_breakdown() at that sample. `peak_pss` is the maximum of the tree's
     PSS (tree_pss_bytes) over the same samples: the memory the tree holds, each shared
     page once, where the RSS sum counts the pages a forked Python worker shares with its daemon and
-    the libraries every process maps once per process."""
+    the libraries every process maps once per process. `group_peaks` is each process_label's own
+    maximum over the samples, wherever the tree's peak was (the driver's peak while it writes a
+    batch may come after the tree's, at the start of a run)."""
 
     def __init__(self, root_pid: int, interval: float = 0.25):
         super().__init__(name=f"peak-rss-{root_pid}", daemon=True)
         self.root_pid, self.interval, self.peak, self.peak_pss = root_pid, interval, 0, 0
         self.at_peak: dict[str, tuple[int, int]] = {}
+        self.group_peaks: dict[str, tuple[int, int]] = {}
         self._done = threading.Event()
 
     def run(self) -> None:
@@ -159,6 +162,9 @@ class PeakRSS(threading.Thread):
             total = sum(rss for _, rss in breakdown.values())
             if total > self.peak:
                 self.peak, self.at_peak = total, breakdown
+            for label, (count, rss) in breakdown.items():
+                if rss > self.group_peaks.get(label, (0, 0))[1]:
+                    self.group_peaks[label] = (count, rss)
             self.peak_pss = max(self.peak_pss, tree_pss_bytes(self.root_pid, pids))
             self._done.wait(self.interval)
 
