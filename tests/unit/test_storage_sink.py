@@ -239,6 +239,51 @@ def test_flush_interval_holds_rows_across_checkpoints_until_the_oldest_has_waite
     assert not StorageSink(f"file://{tmp_path}?protocol=csv", sink_config("csv"), CLOCK).holds_rows
 
 
+@pytest.mark.parametrize("protocol", ["csv", "canal-json"])
+def test_a_large_buffer_waits_in_a_hidden_temp_file_that_becomes_the_data_file(tmp_path, monkeypatch, protocol):
+    """On file:// a buffer past SPILL_BYTES goes on in a hidden temp file: no data file appears
+    before the flush, and the file it becomes holds the same bytes as one written from memory
+    (the header once), in the date directory of the flush, with no temp file left; a full
+    buffer (file-size) and rows dropped at close (flush-interval) leave none either."""
+    def write(root, clock, spill, query="", text="x"):
+        monkeypatch.setattr(storage_writer, "SPILL_BYTES", spill)
+        config = sink_config(protocol)
+        config.csv.output_field_header = True
+        sink = StorageSink(f"file://{root}?protocol={protocol}&file-index-digit=6{query}", config, clock)
+        for n, ts in enumerate((TS1, TS2, TS3)):
+            values = with_id(FULL, str(10 + n))
+            sink.write_rows(TABLE, [row(ts, "insert", after=values[:10] + (text,) + values[11:])])
+        return sink
+
+    version = os.path.join("db", "all_types", str(V))
+    write(tmp_path / "memory", CLOCK, 1 << 30).close()
+    expected = (tmp_path / "memory" / version / "2024-03-01" / f"CDC000001.{'csv' if protocol == 'csv' else 'json'}")
+    now = [NOW]
+    sink = write(tmp_path / "spilled", lambda: now[0], 1)
+    day = tmp_path / "spilled" / version / "2024-03-01"
+    assert [name for name in os.listdir(day) if not name.startswith(".CDC.")] == []  # only the temp file
+    now[0] += 86400  # the flush comes the next day: the file goes to that day's directory
+    sink.close()
+    next_day = tmp_path / "spilled" / version / "2024-03-02"
+    assert sorted(os.listdir(next_day)) == [expected.name, "meta"] and os.listdir(day) == []
+    assert (next_day / expected.name).read_bytes() == expected.read_bytes()
+    assert expected.read_text().count('"I"' if protocol == "csv" else '"INSERT"') == 3
+    if protocol == "csv":
+        assert expected.read_text().count("ticdc-meta$operation") == 1  # the header, once
+
+    held = write(tmp_path / "held", CLOCK, 1, "&flush-interval=1m")
+    held.close()  # rows flush-interval held: dropped, their temp file with them
+    assert os.listdir(tmp_path / "held" / version / "2024-03-01") == []
+
+    # 600 KB rows: the second transaction fills the spilled buffer (file-size 1 MiB), the third
+    # goes in a file of its own at close.
+    full = write(tmp_path / "full", CLOCK, 1, "&file-size=1048576", "x" * 600_000)
+    full.close()
+    files = sorted(os.listdir(tmp_path / "full" / version / "2024-03-01"))
+    assert files[-1] == "meta" and [(tmp_path / "full" / version / "2024-03-01" / name).read_text().count("x" * 600_000)
+                                    for name in files[:-1]] == [2, 1]
+
+
 # -- consumer round trip ----------------------------------------------------------------
 @pytest.mark.parametrize("protocol", ["csv", "canal-json"])
 def test_round_trip_with_pk_change_deletes_and_replays(tmp_path, protocol):

@@ -12,7 +12,8 @@ place. The two files rewritten again and again, CDC.index at each flush and `met
 checkpoint, trade names on file:// with a hidden twin `.<name>.swap` holding the new content
 (`exchange_names`), so a rewrite neither frees nor allocates an inode. Rows are buffered per
 table version; a buffer becomes a file on flush(), or as soon as it reaches file-size after a
-whole transaction, so a transaction never spans two files.
+whole transaction, so a transaction never spans two files. On file:// a buffer past SPILL_BYTES
+goes on in its hidden temp file, renamed into place at that moment.
 `metadata` is written only after every buffered row is in a completed data file.
 """
 
@@ -148,6 +149,13 @@ def _write_group(handle: int, group: list[memoryview]) -> None:
             group[first] = group[first][written:]
 
 
+# A local buffer holding this many bytes moves them to a hidden temp file in its directory, which
+# becomes the data file on flush: a catch-up batch's encoded rows (~100 MB for 250,000 sysbench
+# changes in canal-json) were held whole until its checkpoint, beside the batch they came from.
+# Buffers below it (thousands of tables with a few rows each) stay in memory: one file, one write.
+SPILL_BYTES = 4 << 20
+
+
 # Errors that retrying cannot fix: the path is a file, access is denied, the bucket is missing,
 # the request is malformed. Anything else (connection refused, timeouts, 5xx) may pass by itself.
 _PERMANENT_STORAGE_ERRORS = (PermissionError, FileNotFoundError, NotADirectoryError, IsADirectoryError,
@@ -164,8 +172,10 @@ def storage_error(message: str, exc: BaseException) -> SparkCDCError:
 @dataclass
 class _Buffer:
     table: TableInfo
-    chunks: list[bytes] = field(default_factory=list)
-    size: int = 0
+    chunks: list[bytes] = field(default_factory=list)  # encoded transactions not yet in a file
+    size: int = 0  # bytes of the buffered rows, the spilled ones included
+    held: int = 0  # bytes of `chunks`
+    spill: str = ""  # on file://, the hidden temp file holding the rows before `chunks` (SPILL_BYTES)
 
 
 @dataclass
@@ -225,11 +235,7 @@ class StorageSink(Sink):
                 # were most of that time.
                 directory, name = posixpath.split(path)
                 temp = posixpath.join(directory, f".{name}.{self._temp_tag}{next(self._temp_numbers)}.tmp")
-                handle = _open_in_directory(temp, os.O_TRUNC)
-                try:
-                    write_parts(handle, parts)
-                finally:
-                    os.close(handle)
+                self._write_local(temp, parts, os.O_TRUNC)
                 os.replace(temp, path)
             else:
                 # One PUT or one multipart upload: the object appears whole or not at all.
@@ -242,6 +248,59 @@ class StorageSink(Sink):
             raise storage_error(
                 f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI, the "
                 "bucket and its permissions", exc) from exc
+
+    @staticmethod
+    def _write_local(path: str, parts: Sequence[bytes], flags: int) -> None:
+        handle = _open_in_directory(path, flags)
+        try:
+            write_parts(handle, parts)
+        finally:
+            os.close(handle)
+
+    def _spill(self, buffer: _Buffer) -> None:
+        """Move a local buffer's chunks to the end of its hidden temp file (SPILL_BYTES), made
+        with the file's header in the directory of the buffer's table version and today's date."""
+        parts, flags = buffer.chunks, os.O_APPEND
+        if not buffer.spill:
+            directory = self._data_dir(buffer.table, self._check_or_write_schema(buffer.table), self._date())
+            buffer.spill = self._path(f"{directory}/.CDC.{self._temp_tag}{next(self._temp_numbers)}.tmp")
+            parts, flags = [self._encoder.header(buffer.table), *buffer.chunks], os.O_TRUNC
+        try:
+            self._write_local(buffer.spill, parts, flags)
+        except Exception as exc:  # noqa: BLE001
+            raise storage_error(f"cannot write {buffer.spill}: {exc}; check the sink URI and the "
+                                "directory's permissions and free space", exc) from exc
+        buffer.chunks, buffer.held = [], 0
+
+    def _place_spilled(self, buffer: _Buffer, relative: str) -> None:
+        """Make the spilled buffer the data file `relative`: its last chunks, then a rename (the
+        date directory may have changed since the spill began: a rename across it)."""
+        if buffer.chunks:
+            self._spill(buffer)
+        path = self._path(relative)
+        try:
+            try:
+                os.replace(buffer.spill, path)
+            except FileNotFoundError:
+                if not os.path.exists(buffer.spill):
+                    raise
+                os.makedirs(posixpath.dirname(path), exist_ok=True)
+                os.replace(buffer.spill, path)
+        except Exception as exc:  # noqa: BLE001
+            self._drop_spill(buffer)  # its batch fails and is written again
+            raise storage_error(f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI "
+                                "and the directory's permissions", exc) from exc
+        with self._written_lock:
+            self._written += len(self._encoder.header(buffer.table)) + buffer.size
+
+    @staticmethod
+    def _drop_spill(buffer: _Buffer) -> None:
+        """Remove the temp file of a buffer dropped unwritten."""
+        if buffer.spill:
+            try:
+                os.unlink(buffer.spill)
+            except OSError:
+                pass
 
     @staticmethod
     def _swap_into_place(path: str, data: bytes) -> None:
@@ -378,7 +437,7 @@ class StorageSink(Sink):
 
     def _write_buffer(self, key: tuple[str, str, int]) -> None:
         buffer = self._buffers.pop(key, None)
-        if buffer is None or not buffer.chunks:
+        if buffer is None or not (buffer.chunks or buffer.spill):
             return
         table = buffer.table
         version = self._check_or_write_schema(table)
@@ -386,7 +445,10 @@ class StorageSink(Sink):
         directory = self._data_dir(table, version, date)
         index = self._next_index(key, directory, date)
         name = data_file_name(index, self._extension, self.sink.file_index_digit)
-        self._write_atomic(f"{directory}/{name}", [self._encoder.header(table), *buffer.chunks])
+        if buffer.spill:
+            self._place_spilled(buffer, f"{directory}/{name}")
+        else:
+            self._write_atomic(f"{directory}/{name}", [self._encoder.header(table), *buffer.chunks])
         self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode(), rewrite=True)
 
     @property
@@ -436,8 +498,11 @@ class StorageSink(Sink):
             stop = min(full + 1, len(encoded))
             buffer.chunks.extend(encoded[start:stop])
             buffer.size += ends[stop - 1] - before
+            buffer.held += ends[stop - 1] - before
             if full < len(encoded):
                 self._write_buffer(key)
+            elif buffer.held >= SPILL_BYTES and self.target.is_local:
+                self._spill(buffer)
             start = stop
 
     @property
@@ -527,6 +592,8 @@ class StorageSink(Sink):
         files that repeat them."""
         if not self._closed:
             if self.holds_rows:
+                for buffer in self._buffers.values():
+                    self._drop_spill(buffer)
                 self._buffers.clear()
                 self._held_since = None
             else:
