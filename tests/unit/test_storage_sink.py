@@ -284,6 +284,42 @@ def test_a_large_buffer_waits_in_a_hidden_temp_file_that_becomes_the_data_file(t
                                     for name in files[:-1]] == [2, 1]
 
 
+def test_a_spilled_buffer_that_cannot_be_written_leaves_no_temp_file_and_no_partial_data_file(tmp_path, monkeypatch):
+    """A disk that fills while a buffer spills, or a data directory that cannot be made at the
+    flush: a storage error names the path, the temp file is removed, and the close that follows
+    writes no file holding part of a transaction."""
+    import errno
+
+    from sparkcdc.errors import ErrStorageIO, SparkCDCError
+
+    monkeypatch.setattr(storage_writer, "SPILL_BYTES", 1)
+    uri = f"file://{tmp_path}?protocol=canal-json&file-index-digit=6"
+    day = tmp_path / "db" / "all_types" / str(V) / "2024-03-01"
+    sink = StorageSink(uri, sink_config("canal-json"), CLOCK)
+    sink.write_rows(TABLE, [row(TS1, "insert", after=FULL)])  # spilled
+    real = storage_writer.write_parts
+
+    def full_disk(handle, parts):
+        real(handle, [bytes(parts[0])[:10]])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(storage_writer, "write_parts", full_disk)
+    with pytest.raises(SparkCDCError, match="No space left on device"):
+        sink.write_rows(TABLE, [row(TS2, "insert", after=with_id(FULL, "5"))])
+    monkeypatch.setattr(storage_writer, "write_parts", real)
+    sink.close()
+    assert os.listdir(day) == []
+
+    now = [NOW]
+    sink = StorageSink(uri, sink_config("canal-json"), lambda: now[0])
+    sink.write_rows(TABLE, [row(TS3, "insert", after=with_id(FULL, "6"))])
+    now[0] += 86400
+    (tmp_path / "db" / "all_types" / str(V) / "2024-03-02").write_text("not a directory")
+    with pytest.raises(ErrStorageIO, match="2024-03-02"):
+        sink.flush()
+    assert os.listdir(day) == []
+
+
 # -- consumer round trip ----------------------------------------------------------------
 @pytest.mark.parametrize("protocol", ["csv", "canal-json"])
 def test_round_trip_with_pk_change_deletes_and_replays(tmp_path, protocol):

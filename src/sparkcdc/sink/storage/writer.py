@@ -287,7 +287,6 @@ class StorageSink(Sink):
                 os.makedirs(posixpath.dirname(path), exist_ok=True)
                 os.replace(buffer.spill, path)
         except Exception as exc:  # noqa: BLE001
-            self._drop_spill(buffer)  # its batch fails and is written again
             raise storage_error(f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI "
                                 "and the directory's permissions", exc) from exc
         with self._written_lock:
@@ -439,17 +438,21 @@ class StorageSink(Sink):
         buffer = self._buffers.pop(key, None)
         if buffer is None or not (buffer.chunks or buffer.spill):
             return
-        table = buffer.table
-        version = self._check_or_write_schema(table)
-        date = self._date()
-        directory = self._data_dir(table, version, date)
-        index = self._next_index(key, directory, date)
-        name = data_file_name(index, self._extension, self.sink.file_index_digit)
-        if buffer.spill:
-            self._place_spilled(buffer, f"{directory}/{name}")
-        else:
-            self._write_atomic(f"{directory}/{name}", [self._encoder.header(table), *buffer.chunks])
-        self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode(), rewrite=True)
+        try:
+            table = buffer.table
+            version = self._check_or_write_schema(table)
+            date = self._date()
+            directory = self._data_dir(table, version, date)
+            index = self._next_index(key, directory, date)
+            name = data_file_name(index, self._extension, self.sink.file_index_digit)
+            if buffer.spill:
+                self._place_spilled(buffer, f"{directory}/{name}")
+            else:
+                self._write_atomic(f"{directory}/{name}", [self._encoder.header(table), *buffer.chunks])
+            self._write_atomic(f"{directory}/{INDEX_FILE}", (name + "\n").encode(), rewrite=True)
+        except BaseException:
+            self._drop_spill(buffer)  # the buffer is gone: its batch fails and is written again
+            raise
 
     @property
     def bytes_written(self) -> int:
@@ -502,7 +505,14 @@ class StorageSink(Sink):
             if full < len(encoded):
                 self._write_buffer(key)
             elif buffer.held >= SPILL_BYTES and self.target.is_local:
-                self._spill(buffer)
+                try:
+                    self._spill(buffer)
+                except BaseException:
+                    # Its temp file may end inside a transaction: the buffer goes whole. No
+                    # checkpoint covers its rows, so the changefeed hands them over again.
+                    self._buffers.pop(key, None)
+                    self._drop_spill(buffer)
+                    raise
             start = stop
 
     @property
