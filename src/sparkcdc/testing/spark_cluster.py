@@ -93,11 +93,13 @@ class StandaloneCluster:
         raise TimeoutError(f"no Spark worker registered within {timeout}s; see {self.work_dir}/*.log")
 
     def master_state(self) -> Optional[dict]:
-        """The master's JSON status (workers, applications), or None while it is not up."""
+        """The master's JSON status (workers, applications), or None while it is not up. Just
+        after the master's web UI binds its port, it can answer /json/ with an HTML page (seen
+        once in CI, 2026-12-02): that is not up yet either."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=5) as response:
                 return json.loads(response.read())
-        except OSError:
+        except (OSError, ValueError):  # json.JSONDecodeError is a ValueError
             return None
 
     def executor_logs(self) -> str:
