@@ -96,6 +96,18 @@ def _open_in_directory(path: str, flags: int = 0) -> int:
         return os.open(path, flags, 0o666)
 
 
+def _rename_into_directory(source: str, path: str) -> None:
+    """os.replace of the local file `source` to `path`, making `path`'s directory only when it is
+    not there yet (`_open_in_directory`'s twin for a rename)."""
+    try:
+        os.replace(source, path)
+    except FileNotFoundError:
+        if not os.path.exists(source):
+            raise
+        os.makedirs(posixpath.dirname(path), exist_ok=True)
+        os.replace(source, path)
+
+
 def _iov_max() -> int:
     try:
         return max(1, os.sysconf("SC_IOV_MAX"))
@@ -279,13 +291,7 @@ class StorageSink(Sink):
             self._spill(buffer)
         path = self._path(relative)
         try:
-            try:
-                os.replace(buffer.spill, path)
-            except FileNotFoundError:
-                if not os.path.exists(buffer.spill):
-                    raise
-                os.makedirs(posixpath.dirname(path), exist_ok=True)
-                os.replace(buffer.spill, path)
+            _rename_into_directory(buffer.spill, path)
         except Exception as exc:  # noqa: BLE001
             raise storage_error(f"cannot write {self.target.scheme}://{path}: {exc}; check the sink URI "
                                 "and the directory's permissions", exc) from exc
