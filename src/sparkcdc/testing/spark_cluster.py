@@ -74,6 +74,15 @@ class StandaloneCluster:
         return process
 
     def start(self, timeout: float = 90.0) -> "StandaloneCluster":
+        """Starts a master and one worker and waits for the worker to register; a start that fails
+        stops the daemons it started before it raises, so no JVM outlives the test."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> "StandaloneCluster":
         os.makedirs(self.work_dir, exist_ok=True)
         self._java("master", "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                    "--port", str(self.port), "--webui-port", str(self.master_ui_port))
