@@ -69,6 +69,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--protocol", default="canal-json", choices=["canal-json", "csv"])
     parser.add_argument("--timeout", type=float, default=1800, help="give up on the changefeed after this many seconds")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="one more `sparkcdc server` argument, e.g. --server-arg=--spark-master "
+                             "--server-arg=local[1]; repeatable")
     args = parser.parse_args()
     if args.rows <= 0:
         parser.error("--rows must be positive")
@@ -83,7 +86,7 @@ def main() -> int:
             cur.execute("CREATE DATABASE sbtest")
             cur.execute("CREATE TABLE sbtest.sbtest1 (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL, "
                         "pad CHAR(60) NOT NULL, KEY k_1 (k))")
-        server = ServerProcess(os.path.join(base, "cdc"), mariadb.uri).start()
+        server = ServerProcess(os.path.join(base, "cdc"), mariadb.uri, extra_args=tuple(args.server_arg)).start()
         index = TxnIndex(os.path.join(base, "cdc", "txn-index.sqlite"))
         start_ts = index.resolved_ts()
         print(f"load average before: {os.getloadavg()}", flush=True)

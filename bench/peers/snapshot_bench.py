@@ -117,6 +117,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--tools", default=",".join(TOOLS))
     parser.add_argument("--no-writer", action="store_true", help="no concurrent writer (no latency figures)")
+    parser.add_argument("--parallelism", type=int, default=0,
+                        help="sparkcdc's [snapshot] parallelism (chunk reads at once); default: the cores")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="one more `sparkcdc server` argument for the sparkcdc runs, e.g. --server-arg=--spark-master "
+                             "--server-arg=local[1]; repeatable")
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if not tools or set(tools) - set(TOOLS):
@@ -153,10 +158,12 @@ def main() -> int:
                                "127.0.0.1", str(mariadb.port), str(args.rows), DATABASE, TABLE, "initial", str(cores)]
                     elapsed, cpu, peak, detail = run_measured(command, args.rows, work_dir, tool)
                 else:
-                    server = start_server(os.path.join(work_dir, "cdc"), mariadb.uri, "native", warm=True)
+                    server = start_server(os.path.join(work_dir, "cdc"), mariadb.uri, "native", warm=True,
+                                          extra_args=tuple(args.server_arg))
                     try:
                         sink_dir = os.path.join(work_dir, "out")
-                        elapsed, cpu, peak = run_sparkcdc(server, f"snapshot-{round_number}", sink_dir, args.rows, cores)
+                        elapsed, cpu, peak = run_sparkcdc(server, f"snapshot-{round_number}", sink_dir, args.rows,
+                                                          args.parallelism or cores)
                     finally:
                         server.stop()
                     written = output_rows(sink_dir, "canal-json")
