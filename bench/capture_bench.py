@@ -174,7 +174,11 @@ def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = F
         log_offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         server = ServerProcess(directory, upstream_uri, log_path=log_path, extra_args=extra_args).start()
         if warm:
-            _wait_warm_up(log_path, log_offset)
+            try:
+                _wait_warm_up(log_path, log_offset)
+            except BaseException:  # the run ends here: no server left behind it (it outlived one)
+                server.stop()
+                raise
         return server
     finally:
         if saved is None:
