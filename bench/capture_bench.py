@@ -159,6 +159,14 @@ def anchor_schema_history(server: ServerProcess, start_ts: int, sink_dir: str) -
     return start_ts + 1
 
 
+def add_server_arg(parser) -> None:
+    """`--server-arg`, repeatable: more `sparkcdc server` arguments for a benchmark's sparkcdc runs,
+    for `start_server`'s (or ServerProcess's) extra_args."""
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="one more `sparkcdc server` argument for the sparkcdc runs, e.g. "
+                             "--server-arg=--spark-master --server-arg=local[1]; repeatable")
+
+
 def start_server(directory: str, upstream_uri: str, decoder: str, warm: bool = False,
                  extra_args: tuple[str, ...] = ()) -> ServerProcess:
     """A server on `directory`; with `warm`, returned once its Spark warm-up (pipeline/warmup.py) has

@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 
+from capture_bench import add_server_arg  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, tree_usage  # noqa: E402
 from sparkcdc.testing.server_process import ServerProcess  # noqa: E402
@@ -69,9 +70,7 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--protocol", default="canal-json", choices=["canal-json", "csv"])
     parser.add_argument("--timeout", type=float, default=1800, help="give up on the changefeed after this many seconds")
-    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="one more `sparkcdc server` argument, e.g. --server-arg=--spark-master "
-                             "--server-arg=local[1]; repeatable")
+    add_server_arg(parser)
     args = parser.parse_args()
     if args.rows <= 0:
         parser.error("--rows must be positive")

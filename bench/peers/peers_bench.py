@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 
 from capture_bench import (  # noqa: E402
-    anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, start_server, tree_usage,
+    add_server_arg, anchor_schema_history, binlog_end, wait_indexed, output_rows, run_changefeed, start_server, tree_usage,
 )
 import workloads  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
@@ -139,9 +139,7 @@ def main() -> int:
                              "server's Spark warm-up has ended (warm); default %(default)s")
     parser.add_argument("--scrape-seconds", type=float, default=SCRAPE_SECONDS,
                         help="how often /metrics is scraped during a sparkcdc run (default %(default)s)")
-    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="one more `sparkcdc server` argument for the sparkcdc runs, e.g. "
-                             "--server-arg=--spark-conf --server-arg=spark.driver.memory=512m; repeatable")
+    add_server_arg(parser)
     parser.add_argument("--sink-param", action="append", default=[], metavar="NAME=VALUE",
                         help="one more parameter of sparkcdc's file sink URI, e.g. flush-interval=2s; repeatable")
     args = parser.parse_args()

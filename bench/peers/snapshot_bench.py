@@ -37,7 +37,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from capture_bench import output_rows, start_server, tree_usage  # noqa: E402
+from capture_bench import add_server_arg, output_rows, start_server, tree_usage  # noqa: E402
 from peers_bench import build_java, run_measured  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, format_peaks  # noqa: E402
@@ -119,9 +119,7 @@ def main() -> int:
     parser.add_argument("--no-writer", action="store_true", help="no concurrent writer (no latency figures)")
     parser.add_argument("--parallelism", type=int, default=0,
                         help="sparkcdc's [snapshot] parallelism (chunk reads at once); default: the cores")
-    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
-                        help="one more `sparkcdc server` argument for the sparkcdc runs, e.g. --server-arg=--spark-master "
-                             "--server-arg=local[1]; repeatable")
+    add_server_arg(parser)
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     if not tools or set(tools) - set(TOOLS):
