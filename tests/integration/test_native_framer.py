@@ -16,6 +16,7 @@ import pymysql
 import pytest
 
 from sparkcdc.errors import ErrBinlogUnsupportedEvent
+from sparkcdc.model.change_batch import RANGE_MARKER
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.pipeline.planning import MarkerPartition, RangePartition
 from sparkcdc.pipeline.stream_reader import read_partition, read_small_batch
@@ -286,18 +287,23 @@ def test_a_small_batch_read_in_the_driver_is_what_its_read_tasks_give(workload):
                                           tuple(commit_ts[first:last]), tables))
 
     n = len(commit_ts)
-    partitions = [MarkerPartition(7, commit_ts[4]), ranged(0, 3), ranged(3, 5)]  # in one binlog file
+    marker = MarkerPartition(7, commit_ts[4])
+    # As plan_partitions gives them: the first range carries the marker. In one binlog file.
+    partitions = [RangePartition(ranged(0, 3).binlog_range, marker), ranged(3, 5)]
     picked = [pickle.dumps(p) for p in partitions]
     span = (marks[5].pos - marks[0].pos)
     small = read_small_batch(picked, limit_bytes=span)
     tasks = unpack_changes(pa.Table.from_batches([b for p in partitions for b in read_partition(p)]))
     assert small is not None and small.num_rows == tasks.num_rows > len(ROWS)
     assert small.schema == tasks.schema and small.equals(tasks)
+    assert tasks.column("op")[0].as_py() == RANGE_MARKER  # the first task read the marker first
     assert read_small_batch(picked, limit_bytes=span - 1) is None  # larger than the limit: Spark reads it
-    assert read_small_batch([picked[0], pickle.dumps(ranged(4, 7))], limit_bytes=1 << 40) is None  # a rotation
+    rotated = RangePartition(ranged(4, 7).binlog_range, marker)
+    assert read_small_batch([pickle.dumps(rotated)], limit_bytes=1 << 40) is None  # across a rotation
     with socket.socket() as unused:  # a port nothing listens on: not waited for
         unused.bind(("127.0.0.1", 0))
         gone = UpstreamConfig("127.0.0.1", unused.getsockname()[1], upstream.user, upstream.password)
         began = time.monotonic()
-        assert read_small_batch([picked[0], pickle.dumps(ranged(n - 2, n - 1, gone))], limit_bytes=1 << 40) is None
+        away = RangePartition(ranged(n - 2, n - 1, gone).binlog_range, marker)
+        assert read_small_batch([pickle.dumps(away)], limit_bytes=1 << 40) is None
         assert time.monotonic() - began < range_reader.UPSTREAM_WAIT_SECONDS / 3

@@ -17,6 +17,7 @@ from sparkcdc.pipeline.planning import (
     MarkerPartition,
     RangePartition,
     SourceOptions,
+    batch_marker,
     plan_next_batch,
     plan_partitions,
     split_ranges,
@@ -68,10 +69,10 @@ def test_a_bdr_changefeed_reads_around_marked_transactions_and_its_batch_still_c
                                   txn(60, marked=True), txn(70)], resolved=80)
     end, _ = plan_next_batch(index, BatchOffset(0), 0, 1 << 30, drop_marked=True)
     assert end == BatchOffset(80)
-    partitions = plan_partitions(index, options(bdr_mode=True), 0, 80, set())
-    assert partitions[0] == MarkerPartition(0, 80)
+    marker, partitions = batch_marker(plan_partitions(index, options(bdr_mode=True), 0, 80, set()))
+    assert marker == MarkerPartition(0, 80)
     assert read_commit_ts(partitions) == [10, 30, 40, 70]
-    for partition in partitions[1:]:
+    for partition in partitions:
         rng = partition.binlog_range
         # One contiguous stretch of binlog: from its first transaction's start to its last one's end.
         assert (rng.start.pos, rng.end.pos) == (rng.commit_ts[0] * 1000, rng.commit_ts[-1] * 1000 + 100)

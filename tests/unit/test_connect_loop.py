@@ -24,7 +24,7 @@ from sparkcdc.model.change_batch import RANGE_MARKER
 from sparkcdc.pipeline.source import BATCH_SOURCE_NAME
 from sparkcdc.pipeline.stream_reader import BinlogStreamReader, PlannedBinlogReader
 from sparkcdc.pipeline.planning import (PASSWORD_OPTION, PLAN_OPTION, BatchPlan, MarkerPartition, RangePartition,
-                                        SourceOptions, plan_partitions)
+                                        SourceOptions, batch_marker, plan_partitions)
 from sparkcdc.pipeline.transport import unpack_changes
 
 from test_pipeline_planning import FakeIndex, txn
@@ -94,14 +94,26 @@ def test_the_loop_plans_the_partitions_the_stream_reader_plans():
     reader = BinlogStreamReader(options())
     reader._index = lambda: index
     assert reader.partitions({"ts": 5}, {"ts": 30}) == planned
-    assert planned[0] == MarkerPartition(5, 30)
-    ranges = [p.binlog_range for p in planned[1:]]
-    assert all(isinstance(p, RangePartition) for p in planned[1:])
+    marker, read = batch_marker(planned)
+    assert marker == MarkerPartition(5, 30) and planned[0].marker == marker
+    ranges = [p.binlog_range for p in read]
+    assert all(isinstance(p, RangePartition) for p in read)
     assert [r.commit_ts for r in ranges] == [(10,), (20,)]
     assert [r.server_id for r in ranges] == [500, 501]
     assert ranges[0].tables.get("db.keyed") == KEYED.to_json() and ranges[0].tables.get("db.other") is None
     assert ranges[0].tables is ranges[1].tables  # packed once for the batch
     assert plan_partitions(index, options(), 30, 30, set()) == []
+
+
+def test_a_batch_read_in_one_range_is_one_read_task_and_a_batch_without_rows_its_marker_alone():
+    # A marker of its own would be a second task, so a second Python worker on two cores.
+    index = TablesIndex([txn(10), txn(20)], resolved=50, tables=[KEYED])
+    (only,) = plan_partitions(index, options(parallelism=1), 5, 20, set())
+    assert isinstance(only, RangePartition) and only.marker == MarkerPartition(5, 20)
+    assert only.binlog_range.commit_ts == (10, 20)
+    assert batch_marker([only]) == (MarkerPartition(5, 20), [RangePartition(only.binlog_range)])
+    assert plan_partitions(index, options(), 20, 50, set()) == [MarkerPartition(20, 50)]
+    assert batch_marker([RangePartition(only.binlog_range)]) == (None, [RangePartition(only.binlog_range)])
 
 
 def test_a_plan_travels_as_an_option_and_reads_its_marker_on_the_server_side():
@@ -114,8 +126,8 @@ def test_a_plan_travels_as_an_option_and_reads_its_marker_on_the_server_side():
     assert BatchPlan.from_options(read_options) == plan
     reader = PlannedBinlogReader(BatchPlan.from_options(read_options))
     assert reader.partitions() == list(plan.partitions)
-    assert reader.partitions()[1].binlog_range.upstream.password == "s3cret-pw"
-    [packed] = list(reader.read(reader.partitions()[0]))
+    assert reader.partitions()[0].binlog_range.upstream.password == "s3cret-pw"
+    [packed] = list(reader.read(batch_marker(reader.partitions())[0]))
     marker = unpack_changes(pa.Table.from_batches([packed]))
     assert marker.to_pylist() == [{"commit_ts": 20, "seq": 5, "schema_name": "", "table_name": "",
                                    "op": RANGE_MARKER, "before": None, "after": None}]
@@ -179,7 +191,7 @@ def test_the_loop_runs_batch_after_batch_from_start_ts_and_skips_empty_triggers(
     seen, three = [], threading.Event()
 
     def write(frame, batch_id):
-        seen.append((batch_id, frame.plan.partitions[0]))
+        seen.append((batch_id, batch_marker(frame.plan.partitions)[0]))
         if len(seen) == 2:
             index.txns.append(txn(50))
             index.resolved = 60
@@ -197,7 +209,7 @@ def test_the_loop_runs_batch_after_batch_from_start_ts_and_skips_empty_triggers(
 def test_the_loop_stops_at_target_ts():
     index = TablesIndex([txn(10), txn(30)], resolved=40, tables=[KEYED])
     seen = []
-    session, loop = run_loop(index, lambda frame, batch_id: seen.append(frame.plan.partitions[0]), target_ts=20)
+    session, loop = run_loop(index, lambda frame, batch_id: seen.append(batch_marker(frame.plan.partitions)[0]), target_ts=20)
     assert not loop.awaitTermination(0.3)  # it keeps triggering, with nothing past the target to read
     loop.stop()
     assert seen == [MarkerPartition(5, 20)]

@@ -13,6 +13,7 @@ from sparkcdc.pipeline.planning import (
     MarkerPartition,
     RangePartition,
     SourceOptions,
+    batch_marker,
     plan_next_batch,
     plan_partitions,
 )
@@ -77,19 +78,19 @@ def test_a_large_transaction_is_planned_piece_by_piece_with_checkpoint_bounds_be
     # Pieces of 20 that do not fit go to the next batch; 30 rides with the last piece.
     assert ends == [BatchOffset(19), BatchOffset(20, 1), BatchOffset(20, 2), BatchOffset(20, 3), BatchOffset(30),
                     BatchOffset(40)]
-    first = plan_partitions(index, options(), BatchOffset(5), BatchOffset(20, 2), set())
-    assert first[0] == MarkerPartition(5, 19)
-    ranges = [p.binlog_range for p in first[1:]]
+    marker, first = batch_marker(plan_partitions(index, options(), BatchOffset(5), BatchOffset(20, 2), set()))
+    assert marker == MarkerPartition(5, 19)
+    ranges = [p.binlog_range for p in first]
     assert [(r.commit_ts, r.piece, r.start.pos, r.end.pos) for r in ranges] == [
         ((10,), 0, 1000, 1050), ((20,), 0, 2000, 2100), ((20,), 1, 2100, 2200)]
     middle = plan_partitions(index, options(), BatchOffset(20, 1), BatchOffset(20, 2), set())
-    assert middle[0] == MarkerPartition(19, 19)
-    (piece,) = [p.binlog_range for p in middle[1:]]
+    assert len(middle) == 1 and middle[0].marker == MarkerPartition(19, 19)  # one piece: one read task
+    (piece,) = [p.binlog_range for p in batch_marker(middle)[1]]
     assert (piece.piece, piece.start.pos, piece.end.pos, piece.table_maps) == (
         1, 2100, 2200, (BinlogPosition(FILE, 2010),))
     assert piece.first_seq() == 1 << 32
     last = plan_partitions(index, options(), BatchOffset(20, 3), BatchOffset(30), set())
-    assert last[0] == MarkerPartition(19, 30)
+    assert batch_marker(last)[0] == MarkerPartition(19, 30)
 
 
 def test_without_splitting_a_large_transaction_is_one_batch():
@@ -118,16 +119,15 @@ def test_batches_cover_every_piece_once_in_order_and_checkpoints_never_pass_an_u
     index = FakeIndex(txns, resolved=txns[-1].commit_ts + 5)
     start, covered, checkpoints = BatchOffset(0), [], []
     while (end := plan_next_batch(index, start, 0, cap, split)[0]).key() > start.key():
-        partitions = plan_partitions(index, options(max_batch_bytes=cap), start, end, set())
-        marker = partitions[0]
+        marker, partitions = batch_marker(plan_partitions(index, options(max_batch_bytes=cap), start, end, set()))
         assert (marker.start, marker.end) == (start.checkpoint_ts, end.checkpoint_ts)
-        for partition in partitions[1:]:
+        for partition in partitions:
             assert isinstance(partition, RangePartition)
             covered.append((partition.binlog_range.start.pos, partition.binlog_range.end.pos))
         checkpoints.append(end.checkpoint_ts)
         if end.piece:  # a batch that ends inside a transaction holds none of a later one
             assert all(p.binlog_range.start.pos < index.txns_between(end.ts - 1, end.ts)[0].end.pos
-                       for p in partitions[1:])
+                       for p in partitions)
         start = end
     assert start == BatchOffset(index.resolved)
     assert checkpoints == sorted(checkpoints)
@@ -235,6 +235,6 @@ def test_after_a_failover_ranges_never_mix_servers_and_each_reads_from_its_own()
 
     index = TwoServers(on_a + on_b, resolved=70)
     partitions = plan_partitions(index, replace(options(), parallelism=1), BatchOffset(5), BatchOffset(60), set())
-    ranges = [(p.binlog_range.upstream.address, p.binlog_range.commit_ts) for p in partitions[1:]]
+    ranges = [(p.binlog_range.upstream.address, p.binlog_range.commit_ts) for p in partitions]
     assert ranges == [("a:3306", (10, 20)), ("b:3307", (30, 40)), ("b:3307", (50, 60))]
-    assert all(p.binlog_range.upstream.user == "u" for p in partitions[1:])
+    assert all(p.binlog_range.upstream.user == "u" for p in partitions)

@@ -19,9 +19,10 @@ contiguous ranges without them, and they cost a batch nothing; the batch bounds,
 checkpoint, still move over them.
 
 Planning only reads the transaction index the capture's puller persists. A batch's partitions
-are its range marker (`MarkerPartition`: the batch's bounds as checkpoint-ts values, for a batch
-with no rows too) and transaction-aligned binlog ranges (`RangePartition`), each decoded on an
-executor with its own replication connection and server_id. Each partition carries everything
+are transaction-aligned binlog ranges (`RangePartition`), each decoded on an executor with its
+own replication connection and server_id, the first of them carrying the batch's range marker
+(`MarkerPartition`: the batch's bounds as checkpoint-ts values); a batch with no range (an idle
+upstream's, or one whose transactions are all filtered out) is its marker alone. Each partition carries everything
 it needs, and the same (start, end) always plans the same partitions, so Spark's replay of an
 uncommitted batch reads identical data. The bounds are checkpoint-ts values: a batch that ends
 inside transaction T ends at T - 1 for the sink, so the checkpoint never passes a transaction
@@ -62,7 +63,7 @@ if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors'
 # capture died too), while 8 MB batches move the checkpoint every few seconds at ~1 s overhead each.
 DEFAULT_MAX_BATCH_BYTES = 8 << 20
 # While a changefeed catches up (the previous batch was cut by size), its batches may span this
-# many times max-batch-bytes: besides its rows, a micro-batch costs ~0.25 s (a Spark job of three
+# many times max-batch-bytes: besides its rows, a micro-batch costs ~0.25 s (a Spark job of two
 # tasks, the offset log), a third of an 8 MB batch's time. The first batch after a (re)start, and
 # batches of a large transaction's pieces (whose memory max-batch-bytes bounds), stay at 1x.
 CATCH_UP_BATCH_FACTOR = 4
@@ -78,9 +79,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class RangePartition(InputPartition):
-    """A stretch of binlog to decode on an executor."""
+    """A stretch of binlog to decode on an executor; the batch's first one also yields its range
+    marker, before its rows, in the same read task. A marker of its own would be a task of its
+    own: on two cores, beside a catch-up batch's one read range, a second Python worker (~120 MiB)
+    that stays a minute."""
 
     binlog_range: BinlogRange
+    marker: "MarkerPartition | None" = None
 
 
 @dataclass(frozen=True)
@@ -485,7 +490,8 @@ def plan_partitions(
     warned: set[tuple[str, str, int]],
     sizes: "list[TxnSize] | None" = None,
 ) -> list[InputPartition]:
-    """The partitions of the batch (start, end]: its range marker, then the binlog ranges to decode.
+    """The partitions of the batch (start, end]: the binlog ranges to decode, the first carrying the
+    batch's range marker, or the marker alone for a batch with no range (batch_marker parts them).
 
     Shared by the stream reader and the Spark Connect loop (pipeline/connect_loop.py), so both
     plan a batch the same way. `warned` holds the ineligible table versions already logged;
@@ -497,7 +503,8 @@ def plan_partitions(
     tables = _replicated_tables_at(index, start.checkpoint_ts, options, warned)
     upstream = UpstreamConfig.from_uri(options.upstream_uri)
     servers: dict[int, UpstreamConfig] = {}
-    partitions: list[InputPartition] = [MarkerPartition(start.checkpoint_ts, end.checkpoint_ts)]
+    marker = MarkerPartition(start.checkpoint_ts, end.checkpoint_ts)
+    partitions: list[InputPartition] = []
     for number, span in enumerate(batch_spans(index, start, end, options.parallelism, sizes, options.bdr_mode)):
         if span.epoch not in servers:
             servers[span.epoch] = source_server(index, span.epoch, upstream)
@@ -513,10 +520,24 @@ def plan_partitions(
                     piece=span.piece,
                     table_maps=span.table_maps,
                     continues_group=span.continues_group,
-                )
+                ),
+                None if partitions else marker,
             )
         )
-    return partitions
+    return partitions or [marker]
+
+
+def batch_marker(partitions: Sequence[InputPartition]) -> tuple[Optional[MarkerPartition], list[InputPartition]]:
+    """A batch's planned partitions (plan_partitions) as its range marker and its binlog ranges,
+    each range without the marker; (None, ...) when they are not a batch's."""
+    if not partitions:
+        return None, []
+    first = partitions[0]
+    if isinstance(first, MarkerPartition):
+        return first, list(partitions[1:])
+    if isinstance(first, RangePartition) and first.marker is not None:
+        return first.marker, [RangePartition(first.binlog_range), *partitions[1:]]
+    return None, list(partitions)
 
 
 # The last few (tables, filter) -> (the tables, packed tables, ineligible) of _replicated_tables_at:

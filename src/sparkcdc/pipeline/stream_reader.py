@@ -23,7 +23,7 @@ from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, Inp
 
 from sparkcdc.model.change_batch import CHANGE_SCHEMA, marker_batch
 from sparkcdc.pipeline.planning import (BatchOffset, BatchPacer, BatchPlan, ChunkPartition, MarkerPartition,
-                                        RangePartition, SourceOptions, plan_partitions)
+                                        RangePartition, SourceOptions, batch_marker, plan_partitions)
 from sparkcdc.pipeline.transport import pack_batch, spool_batches
 from sparkcdc.pipeline.without_pandas import in_spark_worker, keep_pandas_out
 from sparkcdc.upstream.range_reader import read_range_batches, read_range_batches_at_once
@@ -59,6 +59,8 @@ def read_partition(partition: InputPartition, spool_dir: str = "") -> Iterator[p
     if isinstance(partition, ChunkPartition):
         batches = read_chunk_batches(partition.chunk)
     else:
+        if partition.marker is not None:  # the batch's first range: its marker comes first
+            yield pack_batch(marker_batch(partition.marker.start, partition.marker.end))
         batches = read_range_batches(partition.binlog_range)
     if spool_dir:
         yield spool_batches(batches, spool_dir)
@@ -77,11 +79,10 @@ def read_small_batch(picked: Optional[Sequence[bytes]], limit_bytes: int = SMALL
     if not picked:
         return None
     try:
-        partitions = [pickle.loads(value) for value in picked]
+        marker, ranges = batch_marker([pickle.loads(value) for value in picked])
     except Exception:  # not this source's partitions
         return None
-    marker, ranges = partitions[0], partitions[1:]
-    if not isinstance(marker, MarkerPartition) or not all(isinstance(p, RangePartition) for p in ranges):
+    if marker is None or not all(isinstance(p, RangePartition) for p in ranges):
         return None
     span = 0
     for partition in ranges:
