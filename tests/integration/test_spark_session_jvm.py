@@ -2,7 +2,8 @@
 reaches the JVM that bin/spark-submit starts in local mode), a user's --spark-conf goes over them,
 its Python workers and the driver share Arrow's allocator and import the same compiled pyspark, a
 class archive the JVM cannot use (damaged, or made for another JDK) does not stop it, the driver
-does not import pandas, Spark never starts its lookup of installed Python data sources while a
+does not import pandas, Hadoop's local files (Spark's offset and commit logs) have no checksum
+files beside them, Spark never starts its lookup of installed Python data sources while a
 source registered by class still reads, and Spark's planner processes stop when retired. In a
 child process: a process's first SparkSession fixes its JVM's options for every later one."""
 
@@ -58,6 +59,18 @@ class Source(DataSource):
     def reader(self, schema):
         return Reader()
 
+# Spark's offset and commit logs go through Hadoop's file:// FileSystem: without a .crc file beside
+# each, and for this user only (spark.hadoop.fs.permissions.umask-mode).
+import os
+hadoop_fs = jvm.org.apache.hadoop.fs
+local_fs = hadoop_fs.FileSystem.get(jvm.java.net.URI("file:///"), spark.sparkContext._jsc.hadoopConfiguration())
+log_file = os.path.join(sys.argv[2], "0")
+written = local_fs.create(hadoop_fs.Path("file://" + log_file))
+written.write(7)
+written.close()
+hadoop_log = {"class": local_fs.getClass().getName(), "files": sorted(os.listdir(sys.argv[2])),
+              "mode": oct(os.stat(log_file).st_mode & 0o777)}
+
 spark.dataSource.register(Source)
 read = [row.n for row in spark.read.format("sparkcdc_test_source").load().collect()]
 import subprocess
@@ -85,7 +98,7 @@ print(json.dumps({"arguments": arguments, "rows": rows, "partitions": spark.conf
                   "pools": [pa.default_memory_pool().backend_name, worker], "read": read,
                   "children": children.splitlines(), "pandas_in_driver": pandas_in_driver,
                   "below_numpy": below_numpy, "pyspark": [pyspark.__file__, worker_row.pyspark],
-                  "planners": planners}))
+                  "planners": planners, "hadoop_log": hadoop_log}))
 spark.stop()
 """
 
@@ -96,7 +109,9 @@ def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tm
     # Its own cache directory, where the Python processes' launcher is made.
     environ = dict(os.environ, SPARKCDC_CACHE_DIR=str(tmp_path / "cache"))
     environ.pop("PYSPARK_PYTHON", None)
-    done = subprocess.run([sys.executable, "-c", _CHILD, str(archive)], capture_output=True, text=True,
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    done = subprocess.run([sys.executable, "-c", _CHILD, str(archive), str(logs)], capture_output=True, text=True,
                           timeout=300, env=environ)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -111,6 +126,8 @@ def test_the_driver_jvm_runs_with_our_options_the_users_and_a_damaged_archive(tm
     assert result["partitions"] == "3"  # --spark-conf goes over sparkcdc's own settings
     assert result["pools"] == [ARROW_MEMORY_POOL] * 2  # the driver's Arrow allocator and its workers
     assert result["read"] == [7]  # a data source registered by class is found and read
+    assert result["hadoop_log"] == {"class": "org.apache.hadoop.fs.RawLocalFileSystem", "files": ["0"],
+                                    "mode": "0o600"}, result["hadoop_log"]
     # The workers import the driver's compiled pyspark, not Spark's zip of its sources (python_launcher).
     driver_pyspark, worker_pyspark = result["pyspark"]
     assert worker_pyspark == driver_pyspark and "pyspark.zip" not in worker_pyspark

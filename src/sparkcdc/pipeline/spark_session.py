@@ -255,6 +255,11 @@ def make_spark_session(master: str = "local[*]", app_name: str = "sparkcdc",
         # With the source pacing batches (a 0 s trigger), how often an idle query asks it again.
         .config("spark.sql.streaming.pollingDelay", POLLING_DELAY)
         .config("spark.sql.streaming.checkpointFileManagerClass", _PLAIN_CHECKPOINT_FILE_MANAGER)
+        # ... and without Hadoop's checksum files: its default local FileSystem writes (and
+        # renames) a .crc file beside each log file. Nothing else of sparkcdc's goes through
+        # Hadoop's file:// (the sinks write with their own clients). The two logs of a catch-up
+        # batch: 21-23 -> 12 and 34-35 -> 14-17 ms (docs/benchmarks.md).
+        .config("spark.hadoop.fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
         # Hadoop's FileSystem applies its own umask (022), not the process's: keep the checkpoint
         # files as private as the rest of the data directory (`sparkcdc server` sets umask 077).
         .config("spark.hadoop.fs.permissions.umask-mode", "077")
