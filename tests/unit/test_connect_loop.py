@@ -209,7 +209,8 @@ def test_the_loop_runs_batch_after_batch_from_start_ts_and_skips_empty_triggers(
 def test_the_loop_stops_at_target_ts():
     index = TablesIndex([txn(10), txn(30)], resolved=40, tables=[KEYED])
     seen = []
-    session, loop = run_loop(index, lambda frame, batch_id: seen.append(batch_marker(frame.plan.partitions)[0]), target_ts=20)
+    session, loop = run_loop(index, lambda frame, batch_id: seen.append(batch_marker(frame.plan.partitions)[0]),
+                             target_ts=20)
     assert not loop.awaitTermination(0.3)  # it keeps triggering, with nothing past the target to read
     loop.stop()
     assert seen == [MarkerPartition(5, 20)]

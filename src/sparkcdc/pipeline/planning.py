@@ -21,13 +21,13 @@ checkpoint, still move over them.
 Planning only reads the transaction index the capture's puller persists. A batch's partitions
 are transaction-aligned binlog ranges (`RangePartition`), each decoded on an executor with its
 own replication connection and server_id, the first of them carrying the batch's range marker
-(`MarkerPartition`: the batch's bounds as checkpoint-ts values); a batch with no range (an idle
-upstream's, or one whose transactions are all filtered out) is its marker alone. Each partition carries everything
-it needs, and the same (start, end) always plans the same partitions, so Spark's replay of an
-uncommitted batch reads identical data. The bounds are checkpoint-ts values: a batch that ends
-inside transaction T ends at T - 1 for the sink, so the checkpoint never passes a transaction
-until its last piece is downstream, and a restart replays it from its start (duplicates, never
-gaps).
+(`MarkerPartition`: the batch's bounds as checkpoint-ts values); a batch with no range to read
+(an idle upstream's, a DDL's, a bdr-mode batch of marked transactions) is its marker alone.
+Each partition carries everything it needs, and the same (start, end) always plans the same
+partitions, so Spark's replay of an uncommitted batch reads identical data. The bounds are
+checkpoint-ts values: a batch that ends inside transaction T ends at T - 1 for the sink, so the
+checkpoint never passes a transaction until its last piece is downstream, and a restart replays
+it from its start (duplicates, never gaps).
 
 Executors unpickle the partitions, so this module imports nothing the read tasks do not need
 (the transaction index and the table filter only under TYPE_CHECKING or on first use).
@@ -81,8 +81,7 @@ log = logging.getLogger(__name__)
 class RangePartition(InputPartition):
     """A stretch of binlog to decode on an executor; the batch's first one also yields its range
     marker, before its rows, in the same read task. A marker of its own would be a task of its
-    own: on two cores, beside a catch-up batch's one read range, a second Python worker (~120 MiB)
-    that stays a minute."""
+    own: a catch-up batch of two ranges would be three tasks on two cores, one always waiting."""
 
     binlog_range: BinlogRange
     marker: "MarkerPartition | None" = None
