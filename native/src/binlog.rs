@@ -139,8 +139,9 @@ impl Packets {
         Packets { stream, buf: vec![0; 1 << 18], start: 0, end: 0, joined: Vec::new() }
     }
 
-    /// Makes at least `need` unread bytes available, reading with the GIL released.
-    fn fill(&mut self, py: Python<'_>, need: usize) -> PyResult<()> {
+    /// Makes at least `need` unread bytes available, reading with the GIL released (`py`: the
+    /// caller holds it; None: the caller has released it already).
+    fn fill(&mut self, py: Option<Python<'_>>, need: usize) -> PyResult<()> {
         if self.end - self.start >= need {
             return Ok(());
         }
@@ -156,12 +157,16 @@ impl Packets {
         while self.end < need {
             let stream: &mut TcpStream = &mut self.stream;
             let target = &mut self.buf[self.end..];
-            let read = py.allow_threads(|| loop {
+            let mut read_all = || loop {
                 match stream.read(target) {
                     Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                     other => break other,
                 }
-            });
+            };
+            let read = match py {
+                Some(py) => py.allow_threads(read_all),
+                None => read_all(),
+            };
             match read {
                 Ok(0) => return Err(PyOSError::new_err("the upstream closed the connection")),
                 Ok(n) => self.end += n,
@@ -172,8 +177,11 @@ impl Packets {
                 }
                 Err(e) => return Err(PyOSError::new_err(format!("reading from the upstream: {e}"))),
             }
-            // Let a Ctrl-C or a task kill through between reads.
-            py.check_signals()?;
+            // Let a Ctrl-C or a task kill through between reads (a caller without the GIL
+            // returns to Python at every batch, where it is checked).
+            if let Some(py) = py {
+                py.check_signals()?;
+            }
         }
         Ok(())
     }
@@ -181,6 +189,15 @@ impl Packets {
     /// The next payload, joined when it spans packets; sequence numbers are not checked
     /// (TCP keeps the order, and the server sends nothing else on this connection).
     pub(crate) fn next(&mut self, py: Python<'_>) -> PyResult<Payload> {
+        self.next_in(Some(py))
+    }
+
+    /// `next` for a caller that has released the GIL.
+    fn next_released(&mut self) -> PyResult<Payload> {
+        self.next_in(None)
+    }
+
+    fn next_in(&mut self, py: Option<Python<'_>>) -> PyResult<Payload> {
         let mut joined = false;
         loop {
             self.fill(py, 4)?;
@@ -286,7 +303,7 @@ impl RangeState {
     }
 
     /// Processes one payload; Some(status) when `read` must return to Python.
-    fn process(&mut self, py: Python<'_>, p: &[u8]) -> PyResult<Option<u8>> {
+    fn process(&mut self, p: &[u8]) -> PyResult<Option<u8>> {
         match p.first() {
             Some(0x00) => {}
             Some(0xFF) => {
@@ -377,7 +394,7 @@ impl RangeState {
                 }
             }
             t if is_rows(t) => {
-                if let Some(status) = self.rows_event(py, p, event_type, body_end)? {
+                if let Some(status) = self.rows_event(p, event_type, body_end)? {
                     return Ok(Some(status));
                 }
             }
@@ -452,17 +469,17 @@ impl RangeState {
     }
 
     /// Appends a ROWS event of a mapped table, or asks Python for what only it can do.
-    fn rows_event(&mut self, py: Python<'_>, p: &[u8], event_type: u8, body_end: usize) -> PyResult<Option<u8>> {
+    fn rows_event(&mut self, p: &[u8], event_type: u8, body_end: usize) -> PyResult<Option<u8>> {
         let table_id = le(&p[1 + HEADER..1 + HEADER + 6]);
         let mapped = self.tables.get(&table_id).expect("rows_event is called for mapped tables only");
-        let layout = match &mapped.resolution {
+        let native = match &mapped.resolution {
             Resolution::Skip => return Ok(None),
             Resolution::Unresolved => {
                 self.pending = Some(Pending { status: TABLE_MAP, table_id, event_type, packet: p.to_vec() });
                 return Ok(Some(TABLE_MAP));
             }
-            Resolution::Pure => None,
-            Resolution::Native(layout) => Some(layout.clone_ref(py)),
+            Resolution::Pure => false,
+            Resolution::Native(_) => true,
         };
         if self.txn < 0 {
             return Err(malformed(format!(
@@ -474,10 +491,10 @@ impl RangeState {
             self.seq_txn = self.txn;
             self.seq = if self.txn == 0 { self.first_seq } else { 0 };
         }
-        let Some(layout) = layout else {
+        if !native {
             self.pending = Some(Pending { status: PURE_ROWS, table_id, event_type, packet: p.to_vec() });
             return Ok(Some(PURE_ROWS));
-        };
+        }
         let known = known_post_header(event_type);
         let declared = self.post_header.get(event_type as usize - 1).map_or(known, |&n| n as usize);
         if declared < known {
@@ -485,12 +502,15 @@ impl RangeState {
                 "event type {event_type} declares post-header length {declared}, shorter than {known}"
             )));
         }
-        let layout = layout.bind(py).get();
         let (schema, table) = (mapped.schema.clone(), mapped.table.clone());
         let code = self.table_code(&schema, &table);
+        let Resolution::Native(layout) = &self.tables[&table_id].resolution else {
+            unreachable!("checked above");
+        };
+        let layout = layout.get(); // frozen and Sync: no GIL needed
         let body = layout.body(event_type, p, 1 + HEADER, Some(body_end), declared - known)?;
         let commit_ts = self.commit_ts[self.txn as usize];
-        let added = self.builder.append_event(py, layout, body, commit_ts, self.seq, code)?;
+        let added = self.builder.append_event(layout, body, commit_ts, self.seq, code)?;
         self.seq += added as i64;
         Ok(None)
     }
@@ -603,7 +623,7 @@ impl BinlogRangeReader {
             match pending.status {
                 TABLE_MAP => {
                     let body_end = pending.packet.len() - if state.checksum { CHECKSUM } else { 0 };
-                    if let Some(status) = state.rows_event(py, &pending.packet, pending.event_type, body_end)? {
+                    if let Some(status) = state.rows_event(&pending.packet, pending.event_type, body_end)? {
                         return Ok(status);
                     }
                     state.event_open = true;
@@ -619,13 +639,15 @@ impl BinlogRangeReader {
                 return Ok(status);
             }
         }
-        loop {
+        // Framing and decoding need no Python: other threads (the driver's writer) run meanwhile.
+        let packets = &mut self.packets;
+        py.allow_threads(|| loop {
             if state.done {
                 return Ok(DONE);
             }
-            let which = self.packets.next(py)?;
-            let payload = self.packets.payload(&which);
-            if let Some(status) = state.process(py, payload)? {
+            let which = packets.next_released()?;
+            let payload = packets.payload(&which);
+            if let Some(status) = state.process(payload)? {
                 if status == TABLE_MAP || status == PURE_ROWS {
                     return Ok(status); // the event ends once Python is done with it
                 }
@@ -638,7 +660,7 @@ impl BinlogRangeReader {
                     return Ok(status);
                 }
             }
-        }
+        })
     }
 
     /// What `read` returned TABLE_MAP, PURE_ROWS, UNSUPPORTED or SERVER_ERROR for:

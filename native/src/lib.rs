@@ -323,6 +323,53 @@ impl RowLayout {
     /// Reads one present, non-NULL value: its text goes to `out`, or it is returned as an object.
     fn read_value(&self, py: Python<'_>, kind: &Kind, cur: &mut Cursor, out: &mut String) -> Result<Value, String> {
         match kind {
+            Kind::Enum { size, elements, .. } => {
+                let index = cur.uint_le(*size)? as usize;
+                if index == 0 {
+                    return Ok(Value::Text); // the invalid value '' (out is empty)
+                }
+                let element = elements
+                    .get(index - 1)
+                    .ok_or_else(|| format!("enum index {index} is past the {} members", elements.len()))?;
+                Ok(Value::Object(element.clone_ref(py).into_ptr()))
+            }
+            Kind::Text { length_size, utf8, encoding, errors } => {
+                let length = cur.uint_le(*length_size)? as usize;
+                let bytes = cur.take(length)?;
+                let object = unsafe {
+                    if *utf8 {
+                        ffi::PyUnicode_DecodeUTF8(bytes.as_ptr() as *const c_char, length as isize, c"strict".as_ptr())
+                    } else {
+                        ffi::PyUnicode_Decode(
+                            bytes.as_ptr() as *const c_char,
+                            length as isize,
+                            encoding.as_ptr(),
+                            errors.as_ptr(),
+                        )
+                    }
+                };
+                python_object(object)
+            }
+            Kind::Bytes { length_size, pad_to } => {
+                let length = cur.uint_le(*length_size)? as usize;
+                let bytes = cur.take(length)?;
+                let object = if length < *pad_to {
+                    let mut padded = bytes.to_vec();
+                    padded.resize(*pad_to, 0);
+                    unsafe { ffi::PyUnicode_DecodeLatin1(padded.as_ptr() as *const c_char, padded.len() as isize, std::ptr::null()) }
+                } else {
+                    unsafe { ffi::PyUnicode_DecodeLatin1(bytes.as_ptr() as *const c_char, length as isize, std::ptr::null()) }
+                };
+                python_object(object)
+            }
+            _ => self.read_scalar(kind, cur, out).map(|()| Value::Text),
+        }
+    }
+
+    /// Reads one present, non-NULL value of a kind whose text needs no Python (all but ENUM,
+    /// strings and bytes) into `out`: it runs without the GIL.
+    fn read_scalar(&self, kind: &Kind, cur: &mut Cursor, out: &mut String) -> Result<(), String> {
+        match kind {
             Kind::Int { width, unsigned } => {
                 let raw = cur.uint_le(*width)?;
                 let mut buffer = itoa::Buffer::new();
@@ -409,16 +456,6 @@ impl RowLayout {
                     let _ = write!(out, "{:04}", 1900 + raw as u32);
                 }
             }
-            Kind::Enum { size, elements, .. } => {
-                let index = cur.uint_le(*size)? as usize;
-                if index == 0 {
-                    return Ok(Value::Text); // the invalid value '' (out is empty)
-                }
-                let element = elements
-                    .get(index - 1)
-                    .ok_or_else(|| format!("enum index {index} is past the {} members", elements.len()))?;
-                return Ok(Value::Object(element.clone_ref(py).into_ptr()));
-            }
             Kind::Set { size, elements } => {
                 let bits = cur.uint_le(*size)?;
                 let mut first = true;
@@ -432,37 +469,11 @@ impl RowLayout {
                     }
                 }
             }
-            Kind::Text { length_size, utf8, encoding, errors } => {
-                let length = cur.uint_le(*length_size)? as usize;
-                let bytes = cur.take(length)?;
-                let object = unsafe {
-                    if *utf8 {
-                        ffi::PyUnicode_DecodeUTF8(bytes.as_ptr() as *const c_char, length as isize, c"strict".as_ptr())
-                    } else {
-                        ffi::PyUnicode_Decode(
-                            bytes.as_ptr() as *const c_char,
-                            length as isize,
-                            encoding.as_ptr(),
-                            errors.as_ptr(),
-                        )
-                    }
-                };
-                return python_object(object);
-            }
-            Kind::Bytes { length_size, pad_to } => {
-                let length = cur.uint_le(*length_size)? as usize;
-                let bytes = cur.take(length)?;
-                let object = if length < *pad_to {
-                    let mut padded = bytes.to_vec();
-                    padded.resize(*pad_to, 0);
-                    unsafe { ffi::PyUnicode_DecodeLatin1(padded.as_ptr() as *const c_char, padded.len() as isize, std::ptr::null()) }
-                } else {
-                    unsafe { ffi::PyUnicode_DecodeLatin1(bytes.as_ptr() as *const c_char, length as isize, std::ptr::null()) }
-                };
-                return python_object(object);
+            Kind::Enum { .. } | Kind::Text { .. } | Kind::Bytes { .. } => {
+                return Err("internal error: a value kind without a text form of its own".into());
             }
         }
-        Ok(Value::Text)
+        Ok(())
     }
 
     /// One row image as a new tuple reference.
@@ -565,72 +576,71 @@ impl RowLayout {
         Ok(EventBody { is_update, op, present_before, present_after, rows: cur })
     }
 
-    /// Reads one present, non-NULL value as canonical UTF-8 text into `out`, creating no Python
-    /// object (except to run a non-UTF-8 Python codec, whose result is copied out as UTF-8).
-    fn read_text(&self, py: Python<'_>, kind: &Kind, cur: &mut Cursor, out: &mut String) -> Result<(), String> {
+    /// Reads one present, non-NULL value as canonical UTF-8 text into `out`. Called without the
+    /// GIL: only a non-UTF-8 Python codec, or invalid UTF-8 (to raise the same UnicodeDecodeError
+    /// as the tuple path), takes it, and its result is copied out as UTF-8.
+    fn read_text(&self, kind: &Kind, cur: &mut Cursor, out: &mut String) -> PyResult<()> {
         match kind {
             Kind::Enum { size, texts, .. } => {
-                let index = cur.uint_le(*size)? as usize;
+                let index = cur.uint_le(*size).map_err(|e| self.error(e))? as usize;
                 if index > 0 {
-                    let element = texts
-                        .get(index - 1)
-                        .ok_or_else(|| format!("enum index {index} is past the {} members", texts.len()))?;
+                    let element = texts.get(index - 1).ok_or_else(|| {
+                        self.error(format!("enum index {index} is past the {} members", texts.len()))
+                    })?;
                     out.push_str(element);
                 }
             }
             Kind::Text { length_size, utf8, encoding, errors } => {
-                let length = cur.uint_le(*length_size)? as usize;
-                let bytes = cur.take(length)?;
+                let length = cur.uint_le(*length_size).map_err(|e| self.error(e))? as usize;
+                let bytes = cur.take(length).map_err(|e| self.error(e))?;
                 if *utf8 {
                     match std::str::from_utf8(bytes) {
                         Ok(text) => out.push_str(text),
                         Err(_) => {
-                            // Let Python build the same UnicodeDecodeError the tuple path raises.
-                            let object = unsafe {
-                                ffi::PyUnicode_DecodeUTF8(bytes.as_ptr() as *const c_char, length as isize, c"strict".as_ptr())
-                            };
-                            if !object.is_null() {
-                                unsafe { ffi::Py_DECREF(object) };
-                                return Err("invalid UTF-8 in a text value".into());
-                            }
-                            return Err(String::new());
+                            return Err(Python::with_gil(|py| {
+                                let object = unsafe {
+                                    ffi::PyUnicode_DecodeUTF8(bytes.as_ptr() as *const c_char, length as isize, c"strict".as_ptr())
+                                };
+                                if !object.is_null() {
+                                    unsafe { ffi::Py_DECREF(object) };
+                                    return self.error("invalid UTF-8 in a text value".into());
+                                }
+                                PyErr::fetch(py)
+                            }));
                         }
                     }
                 } else {
-                    let object = unsafe {
-                        ffi::PyUnicode_Decode(bytes.as_ptr() as *const c_char, length as isize, encoding.as_ptr(), errors.as_ptr())
-                    };
-                    if object.is_null() {
-                        return Err(String::new());
-                    }
-                    let mut size: ffi::Py_ssize_t = 0;
-                    let utf8_text = unsafe { ffi::PyUnicode_AsUTF8AndSize(object, &mut size) };
-                    if utf8_text.is_null() {
+                    Python::with_gil(|py| -> PyResult<()> {
+                        let object = unsafe {
+                            ffi::PyUnicode_Decode(bytes.as_ptr() as *const c_char, length as isize, encoding.as_ptr(), errors.as_ptr())
+                        };
+                        if object.is_null() {
+                            return Err(PyErr::fetch(py));
+                        }
+                        let mut size: ffi::Py_ssize_t = 0;
+                        let utf8_text = unsafe { ffi::PyUnicode_AsUTF8AndSize(object, &mut size) };
+                        if utf8_text.is_null() {
+                            unsafe { ffi::Py_DECREF(object) };
+                            return Err(PyErr::fetch(py));
+                        }
+                        let text = unsafe { std::slice::from_raw_parts(utf8_text as *const u8, size as usize) };
+                        // PyUnicode_AsUTF8AndSize only returns valid UTF-8.
+                        out.push_str(unsafe { std::str::from_utf8_unchecked(text) });
                         unsafe { ffi::Py_DECREF(object) };
-                        return Err(String::new());
-                    }
-                    let text = unsafe { std::slice::from_raw_parts(utf8_text as *const u8, size as usize) };
-                    // PyUnicode_AsUTF8AndSize only returns valid UTF-8.
-                    out.push_str(unsafe { std::str::from_utf8_unchecked(text) });
-                    unsafe { ffi::Py_DECREF(object) };
+                        Ok(())
+                    })?;
                 }
             }
             Kind::Bytes { length_size, pad_to } => {
-                let length = cur.uint_le(*length_size)? as usize;
-                let bytes = cur.take(length)?;
+                let length = cur.uint_le(*length_size).map_err(|e| self.error(e))? as usize;
+                let bytes = cur.take(length).map_err(|e| self.error(e))?;
                 // ISO-8859-1: each byte is the code point of the same value.
                 out.extend(bytes.iter().map(|&b| b as char));
                 for _ in length..*pad_to {
                     out.push('\0');
                 }
             }
-            _ => match self.read_value(py, kind, cur, out)? {
-                Value::Text => {}
-                Value::Object(object) => {
-                    unsafe { ffi::Py_DECREF(object) };
-                    return Err("internal error: a value kind without a text form".into());
-                }
-            },
+            _ => self.read_scalar(kind, cur, out).map_err(|e| self.error(e))?,
         }
         Ok(())
     }
@@ -638,7 +648,6 @@ impl RowLayout {
     /// Appends one row image to `column` as a list of values.
     fn append_image(
         &self,
-        py: Python<'_>,
         cur: &mut Cursor,
         present: &[u8],
         out: &mut String,
@@ -659,9 +668,7 @@ impl RowLayout {
                 continue;
             }
             out.clear();
-            if let Err(message) = self.read_text(py, kind, cur, out) {
-                return Err(PyErr::take(py).unwrap_or_else(|| self.error(message)));
-            }
+            self.read_text(kind, cur, out)?;
             column.push_value(out.as_bytes());
         }
         column.end_list();
@@ -808,7 +815,6 @@ impl ChangeBatchBuilder {
 
     fn append_event(
         &mut self,
-        py: Python<'_>,
         layout: &RowLayout,
         body: EventBody,
         commit_ts: i64,
@@ -823,15 +829,15 @@ impl ChangeBatchBuilder {
                 match op {
                     OP_INSERT => {
                         self.before.push_null_list();
-                        layout.append_image(py, &mut cur, present_before, &mut out, &mut self.after)?;
+                        layout.append_image(&mut cur, present_before, &mut out, &mut self.after)?;
                     }
                     OP_DELETE => {
-                        layout.append_image(py, &mut cur, present_before, &mut out, &mut self.before)?;
+                        layout.append_image(&mut cur, present_before, &mut out, &mut self.before)?;
                         self.after.push_null_list();
                     }
                     _ => {
-                        layout.append_image(py, &mut cur, present_before, &mut out, &mut self.before)?;
-                        layout.append_image(py, &mut cur, present_after, &mut out, &mut self.after)?;
+                        layout.append_image(&mut cur, present_before, &mut out, &mut self.before)?;
+                        layout.append_image(&mut cur, present_after, &mut out, &mut self.after)?;
                     }
                 }
                 self.push_row(commit_ts, seq + added as i64, table, op);
@@ -903,7 +909,7 @@ impl ChangeBatchBuilder {
     ) -> PyResult<usize> {
         self.check()?;
         let body = layout.body(event_type, data, start, Some(end), post_header_extra)?;
-        self.append_event(py, layout, body, commit_ts, seq, table)
+        py.allow_threads(|| self.append_event(layout, body, commit_ts, seq, table))
     }
 
     /// Appends one row change decoded elsewhere (a table the native layouts do not cover).
