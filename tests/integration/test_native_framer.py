@@ -19,7 +19,7 @@ from sparkcdc.errors import ErrBinlogUnsupportedEvent
 from sparkcdc.model.change_batch import RANGE_MARKER
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.pipeline.planning import MarkerPartition, RangePartition
-from sparkcdc.pipeline.stream_reader import read_partition, read_small_batch
+from sparkcdc.pipeline.stream_reader import read_in_driver, read_partition, read_small_batch
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.testing.alltypes import COLUMN_NAMES, ROWS, create_alltypes
 from sparkcdc.testing.mariadb import MariaDBServer
@@ -277,8 +277,8 @@ def test_a_lost_connection_resumes_from_the_last_whole_event(server, workload):
 
 
 def test_a_small_batch_read_in_the_driver_is_what_its_read_tasks_give(workload):
-    """The runner reads a small micro-batch itself (stream_reader.read_small_batch): the same
-    table its read tasks give Spark (read_partition, unpacked as foreachBatch unpacks it), or None
+    """The runner reads a small micro-batch itself (stream_reader.read_small_batch; with a local
+    master any batch, read_in_driver): the same table its read tasks give Spark (read_partition, unpacked as foreachBatch unpacks it), or None
     where the batch is for Spark: too large, across a rotation, an upstream that is not there."""
     upstream, marks, commit_ts, tables = workload
 
@@ -298,6 +298,8 @@ def test_a_small_batch_read_in_the_driver_is_what_its_read_tasks_give(workload):
     assert small.schema == tasks.schema and small.equals(tasks)
     assert tasks.column("op")[0].as_py() == RANGE_MARKER  # the first task read the marker first
     assert read_small_batch(picked, limit_bytes=span - 1) is None  # larger than the limit: Spark reads it
+    # With a local master any size is read here (a catch-up's batch), a range per thread.
+    assert read_in_driver(partitions, None).equals(tasks)
     rotated = RangePartition(ranged(4, 7).binlog_range, marker)
     assert read_small_batch([pickle.dumps(rotated)], limit_bytes=1 << 40) is None  # across a rotation
     with socket.socket() as unused:  # a port nothing listens on: not waited for

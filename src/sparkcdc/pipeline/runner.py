@@ -30,6 +30,7 @@ puller that reads nothing).
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import os
 import shutil
@@ -50,11 +51,12 @@ from sparkcdc.observability.metrics import BatchStats, ChangefeedMetrics, Metric
 from sparkcdc.pipeline.batch_sink import write_batch
 from sparkcdc.pipeline.connect_loop import ConnectBatchLoop, connect_parallelism, is_connect_session, trigger_seconds
 from sparkcdc.pipeline.failure import error_code, is_retryable_failure, is_upstream_failure, user_message
-from sparkcdc.pipeline.planning import BatchPlan, ChunkPartition, SourceOptions
+from sparkcdc.pipeline.planning import (BatchOffset, BatchPlan, ChunkPartition, SourceOptions, batch_marker,
+                                        plan_partitions)
 from sparkcdc.pipeline.query_rest import REST_TIMEOUT_SECONDS, bring_to_rest
 from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, SOURCE_NAME
 from sparkcdc.pipeline.spark_session import begin_planner_use, end_planner_use, planner_use, retire_planner_workers
-from sparkcdc.pipeline.stream_reader import read_small_batch
+from sparkcdc.pipeline.stream_reader import SMALL_BATCH_BYTES, plain_span, read_in_driver, read_small_batch
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.contract import Sink
@@ -340,8 +342,11 @@ class ChangefeedRunner:
             self.before_start()
             # The query's start needs Spark's planner processes up to its first batch (spark_session.py).
             planner_token = None if is_connect_session(self._spark) else begin_planner_use()
+            # With a local master the driver plans each batch from Spark's offset log and reads it.
+            logged_plan = (LoggedBatchPlan(TxnIndex(self._index_path), options, checkpoint_dir)
+                           if options.spool_dir else None)
             batch_function = self._batch_writer(info, spec, writer, sink, stopping, changefeed_metrics, *extras,
-                                                planner_token=planner_token)
+                                                planner_token=planner_token, logged_plan=logged_plan)
             if is_connect_session(self._spark):  # foreachBatch would run on the Connect server
                 query = ConnectBatchLoop(self._spark, options, TxnIndex(self._index_path), batch_function,
                                          trigger_seconds(self._trigger), name).start()
@@ -479,7 +484,8 @@ class ChangefeedRunner:
 
     def _batch_writer(self, info: ChangefeedInfo, spec: SinkSpec, writer: PipelinedWriter, sink,
                       stopping: threading.Event, changefeed_metrics: ChangefeedMetrics | None = None,
-                      redo=None, syncpoint=None, snapshot=None, planner_token: object | None = None):
+                      redo=None, syncpoint=None, snapshot=None, planner_token: object | None = None,
+                      logged_plan: "LoggedBatchPlan | None" = None):
         config = spec.config
         index = TxnIndex(self._index_path)
         table_filter = TableFilter(config.filter.rules, config.case_sensitive)
@@ -512,24 +518,35 @@ class ChangefeedRunner:
                 return  # a stopping changefeed writes nothing more; its checkpoint stays where it is
             began = time.monotonic()
             planned = began - handed_off[0]
-            # A small batch (a caught-up changefeed's, or none but an idle upstream's resolved-ts
-            # moving: its range marker alone) is known from its plan: read it here, without the
-            # Spark job that costs more than its rows (stream_reader.read_small_batch). Spark
-            # stops a Python worker idle for a minute, and the next large batch would wait for a
-            # cold one (seconds on a loaded machine): so its job still runs every
-            # KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way. A query's
-            # first batch runs it in its way: beside the next batch's job it would start workers
-            # of its own, each to warm up again.
-            # A batch that comes while the previous one is still being written is a catch-up's:
-            # its plan is not looked at. Its ~15 Py4J calls would each wait for the writer's
-            # thread to let go of the GIL, ~0.1 s in all, 10% of a 1M-change catch-up.
+            # A batch the driver can read itself is read here, without the Spark job that costs
+            # more than its rows (stream_reader.read_in_driver). With a local master that is any
+            # batch of whole transactions after the query's first, a catch-up's too (the ranges
+            # decode in threads without the GIL, beside the writer), planned from Spark's offset
+            # log (LoggedBatchPlan). With executors elsewhere it is a small batch (a caught-up
+            # changefeed's, or an idle upstream's range marker alone), known from the plan Spark
+            # holds; a batch that comes while the previous one is still being written is a
+            # catch-up's and its plan is not looked at: its ~15 Py4J calls would each wait for the
+            # writer's thread to let go of the GIL, ~0.1 s in all.
+            # Spark stops a Python worker idle for a minute, and the next batch for Spark's tasks
+            # would wait for a cold one (seconds on a loaded machine): so a small batch's job still
+            # runs every KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way. A
+            # query's first batch runs it in its way: beside the next batch's job it would start
+            # workers of its own, each to warm up again.
             first = last_job[0] == float("-inf")
             catching_up = writer.writing
-            table = None if first or catching_up else read_small_batch(planned_partitions(df))
-            if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
+            table, span = None, 0
+            if not first and logged_plan is not None:
+                partitions = logged_plan.partitions(batch_id)
+                if partitions is not None and (table := read_in_driver(partitions, None)) is not None:
+                    span = plain_span(batch_marker(partitions)[1]) or 0
+            elif not first and not catching_up:
+                table = read_small_batch(planned_partitions(df))  # at most SMALL_BATCH_BYTES
+            small = table is not None and span <= SMALL_BATCH_BYTES
+            if small and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
                 last_job[0] = began
                 keep_python_worker(df, changefeed_id)
-            large = False  # a batch after the first that its read tasks read: over SMALL_BATCH_BYTES
+            # A batch after the first over SMALL_BATCH_BYTES, whoever read it.
+            large = table is not None and not small
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
@@ -867,6 +884,50 @@ class ChangefeedRunner:
             event.set()
         for namespace, changefeed_id in self.running():
             self.stop(namespace, changefeed_id)
+
+
+class LoggedBatchPlan:
+    """A micro-batch's partitions planned in the driver, as the source's planner plans them
+    (planning.plan_partitions), for the bounds Spark logged: its end in `offsets/<batch id>` of the
+    query's checkpoint, its start in the batch before's (the checkpoint is new with each query,
+    and keeps the last two). Unlike `planned_partitions` it makes no Py4J call: those wait for the
+    writer thread to let go of the GIL, ~0.1 s per batch of a catch-up (docs/benchmarks.md)."""
+
+    def __init__(self, index: TxnIndex, options: SourceOptions, checkpoint_dir: str):
+        self._index = index
+        self._options = options
+        self._offsets = os.path.join(checkpoint_dir, "offsets")
+        # The stream reader's planner logs ineligible tables; the driver's plan does not again.
+        self._warned = _AlreadyWarned()
+
+    def partitions(self, batch_id: int) -> list | None:
+        """The batch's partitions; None when the log does not hold its bounds (the query's
+        first batch) or cannot be read."""
+        try:
+            bounds = self.bounds(batch_id)
+            return None if bounds is None else plan_partitions(self._index, self._options, *bounds, self._warned)
+        except Exception as exc:  # noqa: BLE001 - Spark's read tasks read the batch instead
+            log.debug("no plan from the offset log for batch %d: %s", batch_id, exc)
+            return None
+
+    def bounds(self, batch_id: int) -> tuple[BatchOffset, BatchOffset] | None:
+        """The batch's (start, end] as Spark logged them; None for the query's first batch
+        (its start is the source's initial offset, in no log). Raises for a log it cannot read."""
+        if batch_id < 1:
+            return None
+        return self._logged(batch_id - 1), self._logged(batch_id)
+
+    def _logged(self, batch_id: int) -> BatchOffset:
+        with open(os.path.join(self._offsets, str(batch_id)), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        if len(lines) != 3 or lines[0] != "v1":  # version, metadata, this query's one source
+            raise ValueError(f"offset log {batch_id} is not one source's v1 log")
+        return BatchOffset.of(json.loads(lines[2]))
+
+
+class _AlreadyWarned(set):
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def planned_partitions(df) -> list[bytes] | None:

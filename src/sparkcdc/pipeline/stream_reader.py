@@ -5,7 +5,8 @@ A thin adapter: offsets, pacing and partitions come from pipeline/planning.py (t
 shared with the Spark Connect loop), the change batches from upstream/range_reader.py (the read
 tasks, on executors), and their way through Spark from pipeline/transport.py. The batch's range
 marker is read without the upstream (model/change_batch.py). A small batch is read by the driver
-itself (`read_small_batch`): its Spark job would cost more than its rows.
+itself (`read_in_driver`): its Spark job would cost more than its rows; with a local master, so is
+every batch of whole transactions.
 
 Executors import this module in every fresh Python worker (the stream reader is pickled to
 them), so it imports only what a read task needs.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 import pyarrow as pa
@@ -37,8 +39,11 @@ log = logging.getLogger(__name__)
 # A micro-batch whose binlog ranges span at most this many bytes is read by the driver
 # (`read_small_batch`) instead of a Spark job. The job's fixed cost (scheduling, the Python workers'
 # round trip, 0.2-0.3 s) is most of a caught-up changefeed's batch, and so of its latency, while
-# the native framer reads a 5,000 rows/s changefeed's 1 s batch (~2 MB) in ~10 ms. A catch-up's
-# batches (8-32 MiB) still run as Spark jobs, one read task per core.
+# the native framer reads a 5,000 rows/s changefeed's 1 s batch (~2 MB) in ~10 ms. With executors
+# elsewhere (a cluster master) a catch-up's batches (8-32 MiB) run as Spark jobs, one read task per
+# core; with a local master the driver reads those too (`read_in_driver`, no limit), a thread per
+# range: the native framer decodes without the GIL, so the ranges decode on both cores beside the
+# writer, and the job's ~0.15 s per batch is saved (docs/benchmarks.md).
 SMALL_BATCH_BYTES = 4 << 20
 # How long the driver's read of a small batch waits for a silent upstream; an upstream that refuses
 # or drops the connection is not waited for at all. Either way the batch then goes to its read
@@ -70,40 +75,69 @@ def read_partition(partition: InputPartition, spool_dir: str = "") -> Iterator[p
 
 
 def read_small_batch(picked: Optional[Sequence[bytes]], limit_bytes: int = SMALL_BATCH_BYTES) -> Optional[pa.Table]:
-    """A micro-batch's rows read in this process (the driver) from its planned partitions, pickled
-    and in Spark's order, when the batch is small: its range marker and binlog ranges of whole
-    transactions spanning at most `limit_bytes` in all (0: the marker alone). The same table as
-    its read tasks would give (`read_partition`, then transport.unpack_changes). None when the
-    batch is for Spark to read: another plan, a larger batch, no native framer, or an upstream
-    that does not answer at once."""
+    """`read_in_driver` of a micro-batch's planned partitions as Spark holds them (pickled, in
+    Spark's order); None when they are not this source's."""
     if not picked:
         return None
     try:
-        marker, ranges = batch_marker([pickle.loads(value) for value in picked])
+        partitions = [pickle.loads(value) for value in picked]
     except Exception:  # not this source's partitions
         return None
-    if marker is None or not all(isinstance(p, RangePartition) for p in ranges):
-        return None
+    return read_in_driver(partitions, limit_bytes)
+
+
+def plain_span(ranges: Sequence[InputPartition]) -> Optional[int]:
+    """The binlog bytes the batch's ranges span, when each is whole transactions within one binlog
+    file (what the driver reads); None otherwise (a large transaction's piece, a range across a
+    rotation, another kind of partition)."""
     span = 0
     for partition in ranges:
+        if not isinstance(partition, RangePartition):
+            return None
         r = partition.binlog_range
         if r.piece or r.table_maps or r.start.file != r.end.file:
             return None
         span += r.end.pos - r.start.pos
-    if span > limit_bytes:
+    return span
+
+
+def read_in_driver(partitions: Sequence[InputPartition], limit_bytes: Optional[int]) -> Optional[pa.Table]:
+    """A micro-batch's rows read in this process (the driver) from its planned partitions, in
+    Spark's order, when its range marker and binlog ranges of whole transactions span at most
+    `limit_bytes` in all (0: the marker alone; None: any span). The same table as its read tasks
+    would give (`read_partition`, then transport.unpack_changes); ranges are read in a thread
+    each. None when the batch is for Spark to read: another plan, a larger batch, no native
+    framer, or an upstream that does not answer at once."""
+    try:
+        marker, ranges = batch_marker(list(partitions))
+    except Exception:  # not this source's partitions
+        return None
+    span = plain_span(ranges)
+    if marker is None or span is None or (limit_bytes is not None and span > limit_bytes):
         return None
     batches = [marker_batch(marker.start, marker.end)]
-    for partition in ranges:
-        try:
-            read = read_range_batches_at_once(partition.binlog_range, SMALL_BATCH_READ_TIMEOUT_SECONDS)
-        except Exception as exc:
-            log.info("the driver could not read the small batch (%s..%s]: %s; its read tasks will",
-                     marker.start, marker.end, exc)
+    reads: list = []
+    if len(ranges) == 1:  # a caught-up changefeed's: no thread
+        reads.append(_read_at_once(ranges[0]))
+    elif ranges:
+        with ThreadPoolExecutor(len(ranges), thread_name_prefix="driver-read") as pool:
+            reads = list(pool.map(_read_at_once, ranges))
+    for read in reads:
+        if isinstance(read, Exception):
+            log.info("the driver could not read the batch (%s..%s]: %s; its read tasks will",
+                     marker.start, marker.end, read)
             return None
         if read is None:
             return None
         batches.extend(read)
     return pa.Table.from_batches(batches, schema=CHANGE_SCHEMA)
+
+
+def _read_at_once(partition: RangePartition) -> "list[pa.RecordBatch] | Exception | None":
+    try:
+        return read_range_batches_at_once(partition.binlog_range, SMALL_BATCH_READ_TIMEOUT_SECONDS)
+    except Exception as exc:
+        return exc
 
 
 class BinlogStreamReader(DataSourceStreamReader):
