@@ -222,13 +222,18 @@ def test_pieces_of_a_large_transaction_read_the_same(server, tmp_path):
     split = [t for t in index.txns_between(index.first_ts(), index.resolved_ts()) if t.piece_count > 1]
     assert len(split) == 2
     for txn in split:
-        seqs = []
+        seqs, ranges = [], []
         for piece in range(txn.piece_count):
             start, end, maps = txn.piece_range(piece)
             rng = BinlogRange(upstream, next(_server_ids), start, end, (txn.commit_ts,), tables, piece, maps)
             framed = read_three_ways(rng, 500)
             seqs += [s for b in framed for s in b["seq"].to_pylist()]
+            ranges.append(RangePartition(rng, MarkerPartition(0, txn.commit_ts) if piece == 0 else None))
         assert seqs == sorted(seqs) and len(seqs) in (4004, 2001)
+        # With a local master the driver reads a batch of pieces too, a thread each, as the tasks would.
+        tasks = unpack_changes(pa.Table.from_batches([b for p in ranges for b in read_partition(p)]))
+        assert read_in_driver(ranges, None).equals(tasks) and tasks.num_rows == len(seqs) + 1
+        assert read_in_driver(ranges, 1 << 40) is None  # a small batch is whole transactions only
 
 
 def test_a_compressed_event_fails_the_same_way(tmp_path_factory):
@@ -278,8 +283,9 @@ def test_a_lost_connection_resumes_from_the_last_whole_event(server, workload):
 
 def test_a_small_batch_read_in_the_driver_is_what_its_read_tasks_give(workload):
     """The runner reads a small micro-batch itself (stream_reader.read_small_batch; with a local
-    master any batch, read_in_driver): the same table its read tasks give Spark (read_partition, unpacked as foreachBatch unpacks it), or None
-    where the batch is for Spark: too large, across a rotation, an upstream that is not there."""
+    master any batch, read_in_driver): the same table its read tasks give Spark (read_partition,
+    unpacked as foreachBatch unpacks it), or None where the batch is for Spark: too large,
+    across a rotation (a small batch), an upstream that is not there."""
     upstream, marks, commit_ts, tables = workload
 
     def ranged(first: int, last: int, to=upstream) -> RangePartition:
@@ -302,6 +308,8 @@ def test_a_small_batch_read_in_the_driver_is_what_its_read_tasks_give(workload):
     assert read_in_driver(partitions, None).equals(tasks)
     rotated = RangePartition(ranged(4, 7).binlog_range, marker)
     assert read_small_batch([pickle.dumps(rotated)], limit_bytes=1 << 40) is None  # across a rotation
+    rotated_tasks = unpack_changes(pa.Table.from_batches(list(read_partition(rotated))))
+    assert read_in_driver([rotated], None).equals(rotated_tasks)  # but with a local master, here
     with socket.socket() as unused:  # a port nothing listens on: not waited for
         unused.bind(("127.0.0.1", 0))
         gone = UpstreamConfig("127.0.0.1", unused.getsockname()[1], upstream.user, upstream.password)

@@ -94,6 +94,7 @@ def test_marker_only_batch_skips_the_spark_job_and_reads_the_same():
     assert seen[1][0] is None, "a batch with another partition to read was taken for a marker-only one"
     marker, stand_in = [pickle.loads(p) for p in seen[1][2]]  # in the order the source planned them
     assert marker == MarkerPartition(1, 2) and type(stand_in) is InputPartition and stand_in.value == 2
-    # The driver's own plan (a local master) takes the batch's bounds from Spark's offset log: the
-    # first batch's start is in no log; the second's are the bounds its partitions were planned for.
-    assert bounds == {0: None, 1: (BatchOffset(1), BatchOffset(2))}
+    # The driver's own plan (a local master) takes the batch's bounds from Spark's offset log, the
+    # first batch's start from the source's options (its initial offset is in no log): the bounds
+    # each batch's partitions were planned for.
+    assert bounds == {0: (BatchOffset(0), BatchOffset(1)), 1: (BatchOffset(1), BatchOffset(2))}

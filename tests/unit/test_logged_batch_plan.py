@@ -1,7 +1,8 @@
 """With a local master the runner plans a micro-batch in the driver (runner.LoggedBatchPlan): the
-bounds Spark logged for it, planned as the source's own planner plans them, and nothing where the
-log does not hold them, so that Spark's read tasks read that batch instead. (That Spark's log holds
-the bounds it planned a batch for: tests/integration/test_runner_spark_batches.py.)"""
+bounds Spark logged for it (the query's first batch starts at the source's start), planned as the
+source's own planner plans them, and nothing where the log does not hold them, so that Spark's
+read tasks read that batch instead. (That Spark's log holds the bounds it planned a batch for:
+tests/integration/test_runner_spark_batches.py.)"""
 
 from __future__ import annotations
 
@@ -44,9 +45,14 @@ def test_no_plan_where_the_log_does_not_hold_the_bounds(tmp_path):
     index = TablesIndex([txn(10), txn(20)], resolved=50, tables=[KEYED])
     checkpoint = str(tmp_path)
     plan = LoggedBatchPlan(index, options(), checkpoint)
+    assert plan.partitions(0) is None  # not logged (yet, or purged)
     log_offset(checkpoint, 0, {"ts": 10})
-    assert plan.bounds(0) is None and plan.partitions(0) is None  # the first batch: its start is in no log
-    assert plan.partitions(1) is None  # not logged (yet, or purged)
+    # The query's first batch starts where the source starts (its initial offset, in no log).
+    reader = BinlogStreamReader(options())
+    reader._index = lambda: index
+    assert plan.bounds(0) == (BatchOffset(5), BatchOffset(10))
+    assert plan.partitions(0) == reader.partitions(reader.initialOffset(), {"ts": 10}) != []
+    assert plan.partitions(1) is None
     log_offset(checkpoint, 1, {}, lines=["v2", "{}", '{"ts": 20}'])  # another Spark's log format
     assert plan.partitions(1) is None
     log_offset(checkpoint, 1, {}, lines=["v1", "{}", '{"ts": 20}', '{"offset": 3}'])  # two sources

@@ -504,6 +504,7 @@ class ChangefeedRunner:
             if (target_ts and ts >= target_ts) or (initial_only and snapshot is not None and snapshot.finished):
                 self._finish(namespace, changefeed_id)
 
+        started = [False]  # whether this query wrote its first batch
         last_job = [float("-inf")]  # when this query last ran a Spark job (monotonic)
         planners_retired = [False]  # whether this query's catch-up stopped Spark's planner processes
         handed_off = [time.monotonic()]  # when the previous batch went to the writer (or the query started)
@@ -519,34 +520,35 @@ class ChangefeedRunner:
             began = time.monotonic()
             planned = began - handed_off[0]
             # A batch the driver can read itself is read here, without the Spark job that costs
-            # more than its rows (stream_reader.read_in_driver). With a local master that is any
-            # batch of whole transactions after the query's first, a catch-up's too (the ranges
-            # decode in threads without the GIL, beside the writer), planned from Spark's offset
-            # log (LoggedBatchPlan). With executors elsewhere it is a small batch (a caught-up
-            # changefeed's, or an idle upstream's range marker alone), known from the plan Spark
-            # holds; a batch that comes while the previous one is still being written is a
-            # catch-up's and its plan is not looked at: its ~15 Py4J calls would each wait for the
-            # writer's thread to let go of the GIL, ~0.1 s in all.
-            # Spark stops a Python worker idle for a minute, and the next batch for Spark's tasks
-            # would wait for a cold one (seconds on a loaded machine): so a small batch's job still
-            # runs every KEEP_PYTHON_WORKER_SECONDS, beside the batch rather than in its way. A
-            # query's first batch runs it in its way: beside the next batch's job it would start
-            # workers of its own, each to warm up again.
-            first = last_job[0] == float("-inf")
+            # more than its rows (stream_reader.read_in_driver). With a local master that is every
+            # batch of binlog ranges, the query's first and a catch-up's too (the ranges decode in
+            # threads without the GIL, beside the writer), planned from Spark's offset log
+            # (LoggedBatchPlan): no Spark job reads the stream, so no Python worker starts for it
+            # (~450 MiB of the catch-up's peak, docs/benchmarks.md); a batch the driver could not
+            # read (an upstream that does not answer at once) goes to Spark's read tasks. With
+            # executors elsewhere it is a small batch (a caught-up changefeed's, or an idle
+            # upstream's range marker alone), known from the plan Spark holds; a batch that comes
+            # while the previous one is still being written is a catch-up's and its plan is not
+            # looked at: its ~15 Py4J calls would each wait for the writer's thread to let go of
+            # the GIL, ~0.1 s in all. There Spark stops a Python worker idle for a minute, and the
+            # next batch for Spark's tasks would wait for a cold one (seconds on a loaded
+            # machine): so a small batch's job still runs every KEEP_PYTHON_WORKER_SECONDS, beside
+            # the batch rather than in its way. A query's first batch runs it in its way: beside
+            # the next batch's job it would start workers of its own, each to warm up again.
+            first = not started[0]
+            started[0] = True
             catching_up = writer.writing
-            table, span = None, 0
-            if not first and logged_plan is not None:
+            table, large = None, False
+            if logged_plan is not None:
                 partitions = logged_plan.partitions(batch_id)
                 if partitions is not None and (table := read_in_driver(partitions, None)) is not None:
-                    span = plain_span(batch_marker(partitions)[1]) or 0
+                    span = plain_span(batch_marker(partitions)[1])  # None: a large transaction's piece
+                    large = span is None or span > SMALL_BATCH_BYTES
             elif not first and not catching_up:
                 table = read_small_batch(planned_partitions(df))  # at most SMALL_BATCH_BYTES
-            small = table is not None and span <= SMALL_BATCH_BYTES
-            if small and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
-                last_job[0] = began
-                keep_python_worker(df, changefeed_id)
-            # A batch after the first over SMALL_BATCH_BYTES, whoever read it.
-            large = table is not None and not small
+                if table is not None and began - last_job[0] >= KEEP_PYTHON_WORKER_SECONDS:
+                    last_job[0] = began
+                    keep_python_worker(df, changefeed_id)
             if table is None:
                 try:
                     table = unpack_changes(df.toArrow())  # runs the read tasks: the executors decode the batch
@@ -554,10 +556,10 @@ class ChangefeedRunner:
                     if stopping.is_set():
                         return  # stop() cancelled the read: nothing of this batch was written
                     raise
-                if first and planner_token is not None:
-                    end_planner_use(planner_token)  # started: Spark's planner processes idle from here
                 large = not first
                 last_job[0] = began
+            if first and planner_token is not None:
+                end_planner_use(planner_token)  # started: Spark's planner processes idle from here
             if (catching_up or large) and planner_token is not None and not planners_retired[0]:
                 # A catch-up's batches are the changefeed's peak memory: Spark's idle planner
                 # processes go now, not a minute from now (spark_session.py). Only then, as the
@@ -889,9 +891,10 @@ class ChangefeedRunner:
 class LoggedBatchPlan:
     """A micro-batch's partitions planned in the driver, as the source's planner plans them
     (planning.plan_partitions), for the bounds Spark logged: its end in `offsets/<batch id>` of the
-    query's checkpoint, its start in the batch before's (the checkpoint is new with each query,
-    and keeps the last two). Unlike `planned_partitions` it makes no Py4J call: those wait for the
-    writer thread to let go of the GIL, ~0.1 s per batch of a catch-up (docs/benchmarks.md)."""
+    query's checkpoint, its start in the batch before's or, for the query's first, the source's
+    start (the checkpoint is new with each query, and keeps the last two). Unlike
+    `planned_partitions` it makes no Py4J call: those wait for the writer thread to let go of the
+    GIL, ~0.1 s per batch of a catch-up (docs/benchmarks.md)."""
 
     def __init__(self, index: TxnIndex, options: SourceOptions, checkpoint_dir: str):
         self._index = index
@@ -901,21 +904,19 @@ class LoggedBatchPlan:
         self._warned = _AlreadyWarned()
 
     def partitions(self, batch_id: int) -> list | None:
-        """The batch's partitions; None when the log does not hold its bounds (the query's
-        first batch) or cannot be read."""
+        """The batch's partitions; None when the log does not hold its bounds or cannot be read."""
         try:
-            bounds = self.bounds(batch_id)
-            return None if bounds is None else plan_partitions(self._index, self._options, *bounds, self._warned)
+            return plan_partitions(self._index, self._options, *self.bounds(batch_id), self._warned)
         except Exception as exc:  # noqa: BLE001 - Spark's read tasks read the batch instead
             log.debug("no plan from the offset log for batch %d: %s", batch_id, exc)
             return None
 
-    def bounds(self, batch_id: int) -> tuple[BatchOffset, BatchOffset] | None:
-        """The batch's (start, end] as Spark logged them; None for the query's first batch
-        (its start is the source's initial offset, in no log). Raises for a log it cannot read."""
-        if batch_id < 1:
-            return None
-        return self._logged(batch_id - 1), self._logged(batch_id)
+    def bounds(self, batch_id: int) -> tuple[BatchOffset, BatchOffset]:
+        """The batch's (start, end] as Spark logged them: the query's first batch starts at the
+        source's initial offset (BinlogStreamReader.initialOffset, in no log). Raises for a log
+        it cannot read."""
+        start = BatchOffset(self._options.start_ts) if batch_id == 0 else self._logged(batch_id - 1)
+        return start, self._logged(batch_id)
 
     def _logged(self, batch_id: int) -> BatchOffset:
         with open(os.path.join(self._offsets, str(batch_id)), encoding="utf-8") as f:

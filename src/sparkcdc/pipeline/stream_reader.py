@@ -103,17 +103,20 @@ def plain_span(ranges: Sequence[InputPartition]) -> Optional[int]:
 
 def read_in_driver(partitions: Sequence[InputPartition], limit_bytes: Optional[int]) -> Optional[pa.Table]:
     """A micro-batch's rows read in this process (the driver) from its planned partitions, in
-    Spark's order, when its range marker and binlog ranges of whole transactions span at most
-    `limit_bytes` in all (0: the marker alone; None: any span). The same table as its read tasks
-    would give (`read_partition`, then transport.unpack_changes); ranges are read in a thread
-    each. None when the batch is for Spark to read: another plan, a larger batch, no native
-    framer, or an upstream that does not answer at once."""
+    Spark's order: its range marker and binlog ranges, when those are whole transactions within
+    one binlog file spanning at most `limit_bytes` in all (0: the marker alone), or, with
+    `limit_bytes` None, any binlog ranges (a large transaction's pieces, ranges across a
+    rotation). The same table as its read tasks would give (`read_partition`, then
+    transport.unpack_changes); ranges are read in a thread each. None when the batch is for
+    Spark to read: another plan, a larger batch, no native framer, or an upstream that does not
+    answer at once."""
     try:
         marker, ranges = batch_marker(list(partitions))
     except Exception:  # not this source's partitions
         return None
-    span = plain_span(ranges)
-    if marker is None or span is None or (limit_bytes is not None and span > limit_bytes):
+    if marker is None or not all(isinstance(partition, RangePartition) for partition in ranges):
+        return None
+    if limit_bytes is not None and ((span := plain_span(ranges)) is None or span > limit_bytes):
         return None
     batches = [marker_batch(marker.start, marker.end)]
     reads: list = []

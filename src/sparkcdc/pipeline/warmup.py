@@ -1,11 +1,13 @@
 """Warm a capture's Spark at start, so the first changefeed it takes over does not start cold.
 
 A fresh SparkSession pays once for much of a streaming query's first batch: the Py4J callback
-server that runs `foreachBatch`, the Python daemon and its reused workers (spark.python.worker.reuse),
-importing sparkcdc's source and decoder modules in them, Arrow's conversion path and the JVM's
-first compilation of the streaming classes. A failover lands a changefeed on a capture that may
-never have run one. This runs one tiny micro-batch through a changefeed's path (the binlog
-source's range-marker batch, which needs no upstream, then `foreachBatch` and `toArrow`) in the
+server that runs `foreachBatch`, Spark's planner and source processes, Arrow's conversion path
+and the JVM's first compilation of the streaming classes, and with executors elsewhere the
+Python daemon and its reused workers (spark.python.worker.reuse), importing sparkcdc's source
+and decoder modules in them. A failover lands a changefeed on a capture that may never have run
+one. This runs one tiny micro-batch through a changefeed's path (the binlog source's
+range-marker batch, which needs no upstream, then `foreachBatch` and `toArrow`; with a local
+master, whose changefeeds read their batches in the driver, a batch with no read task) in the
 background at capture start, so a takeover pays only for its own query.
 """
 
@@ -30,10 +32,11 @@ _WARMUP_END_TS = 1
 
 class _WarmupStreamReader(DataSourceStreamReader):
     """One micro-batch (0, 1]: the binlog source's range-marker batch, read by `tasks` tasks at
-    once so that each of the executor's Python workers (one per core) is started and warm."""
+    once so that each of the executor's Python workers (one per core) is started and warm; with
+    `tasks` 0 a batch with nothing to read, which starts no Python worker."""
 
     def __init__(self, tasks: int = 1):
-        self.tasks = max(1, tasks)
+        self.tasks = max(0, tasks)
 
     def initialOffset(self) -> dict:
         return {"ts": 0}
@@ -95,9 +98,13 @@ def warm_up(spark, timeout: float = 300.0, cancelled: threading.Event | None = N
             if not cancelled.is_set():
                 raise
 
-    # A changefeed's batch runs one read task per core (`_parallelism` in pipeline/runner.py); a
-    # worker the warm-up did not start would import the source's modules in the first batch.
-    tasks = max(1, spark.sparkContext.defaultParallelism)
+    # With executors elsewhere a changefeed's batch runs one read task per core (`_parallelism` in
+    # pipeline/runner.py); a worker the warm-up did not start would import the source's modules in
+    # the first batch. With a local master the driver reads every batch itself (the runner's
+    # LoggedBatchPlan): Python workers started here would only sit idle through the changefeed's
+    # start and catch-up (~450 MiB), so none is.
+    local = spark.sparkContext.master.startswith("local")
+    tasks = 0 if local else max(1, spark.sparkContext.defaultParallelism)
     try:
         query = (spark.readStream.format(WARMUP_SOURCE_NAME).option("tasks", str(tasks)).load()
                  .writeStream.queryName("sparkcdc-warmup")

@@ -322,16 +322,20 @@ def _starts_at_or_after(stream: BinLogStreamReader, event, key: tuple[int, int])
     return (int(stream.log_file.rsplit(".", 1)[1]), start) >= key
 
 
-def _read_table_maps(r: BinlogRange) -> dict:
+def _read_table_maps(r: BinlogRange, read_timeout: Optional[float] = None) -> dict:
     """The TABLE_MAP events a piece needs, read from their positions with one short dump (the
     events in between are framed, not decoded): pymysqlreplication's table map for the stream
-    that starts at the piece. Only the statement's maps, so never the transaction's rows."""
+    that starts at the piece. Only the statement's maps, so never the transaction's rows. An
+    upstream silent for `read_timeout` seconds (None: no limit) fails the read."""
     if not r.table_maps:
         return {}
+    settings = r.upstream.connection_settings()
+    if read_timeout is not None:
+        settings["read_timeout"] = read_timeout
     wanted = {p.pos for p in r.table_maps}
     first, last = min(r.table_maps, key=BinlogPosition.key), max(r.table_maps, key=BinlogPosition.key)
     stream = BinLogStreamReader(
-        connection_settings=r.upstream.connection_settings(),
+        connection_settings=settings,
         server_id=r.server_id,
         log_file=first.file,
         log_pos=first.pos,
@@ -485,7 +489,7 @@ def framed_range_batches(r: BinlogRange, native, batch_rows: int = DEFAULT_BATCH
     that refuses or drops the connection is waited for up to `wait_seconds`."""
     if r.start.key() >= r.end.key() or not r.commit_ts:
         return
-    tables = _read_table_maps(r)  # table id -> mysql-replication's Table
+    tables = _read_table_maps(r, read_timeout)  # table id -> mysql-replication's Table
     layouts: dict[int, TableLayout] = {}
     end_file_number, end_pos = r.end.key()
     dump = _dump_when_reachable(r, r.start, time.monotonic() + wait_seconds)
