@@ -49,12 +49,13 @@ class HACluster:
         self.client = EtcdClient(etcd.endpoint, timeout=2.0)
         self.keys = ClusterKeys(NAMESPACE)
         self.killed: set[str] = set()  # capture ids killed by the test: never live again
-        self._log_offsets: dict[int, int] = {}  # server port -> where its current run's log begins
+        self._log_offsets: dict[str, int] = {}  # server log -> where its current run begins
 
     def start(self, server: ServerProcess, timeout: float = 240) -> ServerProcess:
-        """Start (or restart, on the same data dir and port) one server; returns once it serves."""
+        """Start (or restart, on the same data dir and, unless it is taken, port) one server;
+        returns once it serves."""
         log_path = self.log_path(server)
-        self._log_offsets[server.port] = os.path.getsize(log_path) if os.path.exists(log_path) else 0
+        self._log_offsets[log_path] = os.path.getsize(log_path) if os.path.exists(log_path) else 0
         return server.start(timeout=timeout)
 
     def start_all(self, timeout: float = 240) -> None:
@@ -68,8 +69,9 @@ class HACluster:
     def warm_up_result(self, server: ServerProcess) -> Optional[bool]:
         """Whether the server's current run warmed its Spark (capture.py starts that at once):
         True when done, False when it gave up (the server still works, cold), None until then."""
-        with open(self.log_path(server), "rb") as log:
-            log.seek(self._log_offsets.get(server.port, 0))
+        log_path = self.log_path(server)
+        with open(log_path, "rb") as log:
+            log.seek(self._log_offsets.get(log_path, 0))
             text = log.read()
         if WARM_UP_DONE in text:
             return True

@@ -28,21 +28,48 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# Starts of a server whose chosen port turned out taken (ServerProcess.start).
+PORT_ATTEMPTS = 3
+
+
+class _PortTaken(RuntimeError):
+    """The server exited because another process holds its port."""
+
+
 @dataclass
 class ServerProcess:
     data_dir: str
     upstream_uri: str
-    port: int = field(default_factory=free_port)
+    port: int = 0  # 0: a free port, chosen again when the server finds it taken at its start
     log_path: Optional[str] = None
     extra_args: tuple[str, ...] = ()  # more `sparkcdc server` flags, e.g. ("--pd", etcd.endpoint)
     ssl_context: Optional[ssl.SSLContext] = None  # for a server started with --cert/--key (https)
     process: Optional[subprocess.Popen] = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self._port_chosen = not self.port
+        if self._port_chosen:
+            self.port = free_port()
 
     @property
     def url(self) -> str:
         return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180.0) -> "ServerProcess":
+        """Start the server and return once it serves. A port chosen here was free when chosen,
+        but the server binds it only after its Spark has started, and the Spark JVM's own
+        sockets take ports from the same ephemeral range: a server that exits because its port
+        was taken (CI, 2026-12-03) starts again on another."""
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout)
+            except _PortTaken:
+                if not self._port_chosen or attempt == PORT_ATTEMPTS:
+                    raise
+                self.port = free_port()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout: float) -> "ServerProcess":
         os.makedirs(self.data_dir, exist_ok=True)
         log_path = self.log_path or os.path.join(self.data_dir, "server.log")
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
@@ -58,7 +85,8 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"sparkcdc server exited with {self.process.returncode}; see {log_path}")
+                failure = _PortTaken if _log_contains(log_path, log_offset, b"Address already in use") else RuntimeError
+                raise failure(f"sparkcdc server exited with {self.process.returncode}; see {log_path}")
             # Poll the port only once the server says it listens: until then another process (a
             # Spark JVM's short-lived Python-worker auth socket, which reads a length prefix and
             # dies with OutOfMemoryError on "GET ") may own the port, above all after a restart.
