@@ -93,6 +93,8 @@ ErrAPIInvalidParam = _define("ErrAPIInvalidParam")
 ErrAPINotFound = _define("ErrAPINotFound", 404)
 ErrAPIMethodNotAllowed = _define("ErrAPIMethodNotAllowed", 405)
 ErrServerUnreachable = _define("ErrServerUnreachable", 503, retryable=True)
+# `sparkcdc server --addr` cannot be bound (in use, not an address of this host, a privileged port).
+ErrServerListen = _define("ErrServerListen")
 ErrSecurityConfig = _define("ErrSecurityConfig")
 ErrClientAuthFailed = _define("ErrClientAuthFailed", 401)
 ErrProcessorNotExists = _define("ErrProcessorNotExists", 404)

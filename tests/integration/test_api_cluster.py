@@ -17,7 +17,7 @@ from sparkcdc.server.capture import Capture, CaptureOptions
 from sparkcdc.model.changefeed import ChangefeedInfo, ChangefeedStatus
 from sparkcdc.server.security import SecurityConfig, client_ssl_context
 from sparkcdc.testing.etcd import EtcdServer, etcd_binary
-from sparkcdc.testing.server_process import free_port
+from sparkcdc.testing.ports import free_port
 from sparkcdc.testing.tls import TestCA
 
 pytestmark = [pytest.mark.integration,

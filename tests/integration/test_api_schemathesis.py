@@ -21,7 +21,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from sparkcdc.testing.server_process import ApiError, ServerProcess, free_port
+from sparkcdc.testing.ports import free_port
+from sparkcdc.testing.server_process import ApiError, ServerProcess
 
 pytestmark = pytest.mark.integration
 

@@ -504,3 +504,25 @@ def test_verify_table_hands_the_sink_to_the_controller(api):
     # The capture names a bad sink before any table (the CLI verifies the tables before it creates).
     status, _ = call(api, "POST", "/api/v2/verify_table", {"sink_uri": "iceberg:///tmp/x?catalog=nessie"})
     assert status == 200 and api.controller.verified_sinks == ["iceberg:///tmp/x?catalog=nessie"]
+
+
+def test_the_port_is_held_from_serve_and_listened_on_from_start(tmp_path):
+    """serve() binds --addr (nothing else can take it while the capture starts) but refuses
+    connections until start(); an address already in use is ErrServerListen."""
+    import socket
+
+    from sparkcdc.errors import ErrServerListen
+
+    server = serve("127.0.0.1:0", MetaStore(str(tmp_path / "meta.sqlite")), FakeController())
+    try:
+        with socket.socket() as other, pytest.raises(OSError):
+            other.bind(("127.0.0.1", server.port))
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", server.port), timeout=5).close()
+        server.start()
+        status, body = call(server, "GET", "/api/v2/health")
+        assert status == 200
+        with pytest.raises(ErrServerListen, match=f"cannot listen on --addr 127.0.0.1:{server.port}: "):
+            serve(f"127.0.0.1:{server.port}", MetaStore(str(tmp_path / "other.sqlite")), FakeController())
+    finally:
+        server.shutdown()

@@ -57,3 +57,25 @@ def test_spark_conf_is_refused_with_spark_remote(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "ErrSparkRemoteInvalid" in err and "--spark-conf" in err
     assert not (tmp_path / "data").exists()
+
+
+def test_addr_in_use_fails_before_the_puller_and_spark_start(tmp_path, capsys, monkeypatch):
+    """--addr is bound first: a port another process listens on is a coded error at once, and the
+    capture (puller, Spark) is never opened."""
+    import socket
+
+    from sparkcdc.server.capture import Capture
+
+    def must_not_open(self):
+        raise AssertionError("the capture was opened although --addr could not be bound")
+
+    monkeypatch.setattr(Capture, "open", must_not_open)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        addr = f"127.0.0.1:{holder.getsockname()[1]}"
+        argv = ["server", "--upstream-uri", "mysql://root@127.0.0.1:1/", "--data-dir", str(tmp_path / "data"),
+                "--addr", addr]
+        assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "ErrServerListen" in err and f"cannot listen on --addr {addr}" in err and "another --addr" in err

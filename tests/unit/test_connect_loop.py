@@ -250,7 +250,7 @@ def test_an_unreachable_connect_server_is_a_clear_error_at_once():
 
     from sparkcdc.errors import ErrSparkRemoteUnreachable
     from sparkcdc.pipeline.connect_loop import make_connect_session
-    from sparkcdc.testing.server_process import free_port
+    from sparkcdc.testing.ports import free_port
 
     began = time.monotonic()
     with pytest.raises(ErrSparkRemoteUnreachable, match=r"cannot reach the Spark Connect server at sc://127.0.0.1:\d+ "):

@@ -48,7 +48,7 @@ def test_an_unreachable_upstream_fails_a_range_read_with_a_retryable_connection_
 
     from sparkcdc.model.position import BinlogPosition
     from sparkcdc.sink.mysql.error_codes import is_retryable_message
-    from sparkcdc.testing.emulators import free_port
+    from sparkcdc.testing.ports import free_port
     from sparkcdc.upstream.range_reader import _ReplicationDump
 
     with pytest.raises(pymysql.err.OperationalError) as raised:

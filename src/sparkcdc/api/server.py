@@ -830,7 +830,15 @@ class ApiServer:
         handler = type("OpenAPIHandler", (_Handler,), {"api": api, "authenticator": authenticator})
         self.api = api
         self.security = security
-        self._httpd = _TLSServer((host, port), handler)
+        # Bound now, listening from start(): the port is this process's from here on (nothing
+        # started later, Spark's JVM included, can take it), and a client still gets "connection
+        # refused", not a hang, until the server is ready.
+        self._httpd = _TLSServer((host, port), handler, bind_and_activate=False)
+        try:
+            self._httpd.server_bind()
+        except OSError as exc:
+            self._httpd.server_close()
+            raise _listen_error(host, port, exc) from None
         self._httpd.security = security
         self._httpd.ssl_context = security.server_ssl_context()
         self._thread: threading.Thread | None = None
@@ -849,13 +857,25 @@ class ApiServer:
         return f"{scheme}://{self.host}:{self.port}"
 
     def start(self) -> None:
+        self._activate()
         # A short poll interval keeps shutdown() quick (the default waits up to 0.5 s).
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="sparkcdc-api", daemon=True)
         self._thread.start()
 
     def serve_forever(self) -> None:
+        self._activate()
         self._httpd.serve_forever()
+
+    def _activate(self) -> None:
+        """Listen. Binding kept the port from any process that binds without SO_REUSEADDR or
+        lets the kernel choose its port (Spark's JVM); one that also bound it with SO_REUSEADDR
+        and listened first (another server started at the same moment) makes this fail."""
+        try:
+            self._httpd.server_activate()
+        except OSError as exc:
+            self._httpd.server_close()
+            raise _listen_error(self.host, self.port, exc) from None
 
     def shutdown(self) -> None:
         if self._thread is not None:
@@ -865,9 +885,16 @@ class ApiServer:
         self._httpd.server_close()
 
 
+def _listen_error(host: str, port: int, exc: OSError) -> errors.SparkCDCError:
+    return errors.ErrServerListen(
+        f"cannot listen on --addr {host}:{port}: {exc.strerror or exc}; stop the process that uses it or give "
+        "another --addr (a free port, on an address of this host)")
+
+
 def serve(addr: str, store: MetaStore, controller: ChangefeedController, security: SecurityConfig = SecurityConfig(),
           verify_user: Optional[UserVerifier] = None, observability: Optional[Observability] = None) -> ApiServer:
-    """Bind the Open API on `addr` ("host:port"; port 0 picks a free one). Call .start() to serve."""
+    """Bind the Open API on `addr` ("host:port"; port 0 picks a free one); .start() listens and serves.
+    Raises ErrServerListen when the address cannot be bound."""
     host, sep, port = addr.rpartition(":")
     if not sep or not port.isdigit():
         raise errors.ErrAPIInvalidParam(f"--addr {addr!r} must be host:port, e.g. 127.0.0.1:8300")

@@ -27,7 +27,8 @@ def register(subparsers) -> None:
         description="Run a sparkcdc capture: single node on an embedded SQLite store, or, with --pd, "
                     "one member of a cluster whose metadata and owner election live in etcd.",
     )
-    parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s)")
+    parser.add_argument("--addr", default="127.0.0.1:8300", help="API listen address (default %(default)s); bound before the puller and Spark start (one in "
+                        "use is an error at once), it takes connections once the server prints ready")
     parser.add_argument("--data-dir", default="./cdc-data", help="metadata, transaction index and Spark state (default %(default)s)")
     UPSTREAM.add_arguments(parser, "the upstream MariaDB/MySQL, e.g. mysql://cdc@127.0.0.1:3306/, or the servers of a "
                                    "replication topology, mysql://cdc@db1:3306,db2:3306/: the primary is followed, and "
@@ -204,24 +205,32 @@ def run_server(args: argparse.Namespace) -> int:
         print(f"Error: {exc}", file=sys.stderr)
         return 1
     log = logging.getLogger("sparkcdc.server")
+    observer = CaptureObserver(capture, capture.metrics) if capture.metrics is not None else None
+    try:
+        # --addr is bound before the puller and Spark start: one in use fails at once, and no
+        # socket Spark's JVM opens meanwhile can take the port.
+        api = serve(args.addr, capture.store, capture, security, capture.verify_user, observer)
+    except SparkCDCError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        capture.close()
+        return 1
     log.info("starting capture %s for upstream %s", capture.id, capture.upstream.masked_uri())
     log.info("%s", decoder_description())
     try:
         capture.open()
     except SparkCDCError as exc:  # e.g. an unreachable Spark Connect server
         print(f"Error: {exc}", file=sys.stderr)
+        api.shutdown()
         capture.close()
         return 1
-    observer = CaptureObserver(capture, capture.metrics) if capture.metrics is not None else None
     try:
-        api = serve(args.addr, capture.store, capture, security, capture.verify_user, observer)
+        api.start()
     except SparkCDCError as exc:
         print(f"Error: {exc}", file=sys.stderr)
         capture.close()
         return 1
     if observer is not None:
         observer.start()
-    api.start()
     scheme = "https" if security.tls_enabled else "http"
     log.info("Open API listening on %s://%s", scheme, args.addr)
     print(f"sparkcdc server ready: {scheme}://{args.addr} (capture {capture.id})", flush=True)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 from urllib.parse import urlencode
+
+from sparkcdc.testing.ports import free_port
 
 # Azurite's well-known development account (public, documented by Microsoft).
 AZURITE_ACCOUNT = "devstoreaccount1"
@@ -37,11 +38,6 @@ S3_SECRET_KEY = "sparkcdc-test-secret"
 class EmulatorNotInstalled(RuntimeError):
     """The emulator's binary is missing: run scripts/setup-emulators.sh."""
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def tools_dir() -> Path:

@@ -12,13 +12,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from typing import Optional
 
 import pymysql
+
+from sparkcdc.testing.ports import free_port
 
 DEFAULT_CONFIG: dict[str, str] = {
     "server-id": "1",
@@ -35,11 +36,6 @@ DEFAULT_CONFIG: dict[str, str] = {
     "collation-server": "utf8mb4_general_ci",
 }
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _find_binary(name: str) -> str:

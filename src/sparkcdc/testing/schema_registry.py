@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator, Optional
 
-from sparkcdc.testing.emulators import free_port, tools_dir
+from sparkcdc.testing.emulators import tools_dir
+from sparkcdc.testing.ports import free_port
 from sparkcdc.testing.jvm_service import java_command, serve_until_interrupted, spawn, terminate
 
 class SchemaRegistryNotInstalled(RuntimeError):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -15,17 +14,14 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Optional
 
+from sparkcdc.testing.ports import free_port
+
 
 def run_sparkcdc(*args: str, timeout: float = 180.0) -> subprocess.CompletedProcess:
     """One `sparkcdc ...` command (a consumer run `--once`, a diff) in a child process."""
     return subprocess.run([sys.executable, "-m", "sparkcdc.cli.main", *args],
                           capture_output=True, text=True, timeout=timeout)
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # Starts of a server whose chosen port turned out taken (ServerProcess.start).
@@ -56,10 +52,10 @@ class ServerProcess:
         return f"{'https' if self.ssl_context else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 180.0) -> "ServerProcess":
-        """Start the server and return once it serves. A port chosen here was free when chosen,
-        but the server binds it only after its Spark has started, and the Spark JVM's own
-        sockets take ports from the same ephemeral range: a server that exits because its port
-        was taken (CI, 2026-12-03) starts again on another."""
+        """Start the server and return once it serves. A port chosen here was free when chosen;
+        another process may take it before the server binds it (its first step; until 2026-12-03
+        it bound only after its Spark had started, whose JVM took the port once in CI): a server
+        that exits because its port was taken starts again on another."""
         for attempt in range(1, PORT_ATTEMPTS + 1):
             try:
                 return self._start_once(timeout)

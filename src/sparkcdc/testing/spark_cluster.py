@@ -13,7 +13,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sparkcdc.testing.server_process import free_port
+from sparkcdc.testing.ports import free_port
 
 
 def spark_home() -> str:

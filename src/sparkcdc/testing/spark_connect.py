@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-from sparkcdc.testing.server_process import free_port
+from sparkcdc.testing.ports import free_port
 from sparkcdc.testing.spark_cluster import spark_home, spawn_logged, stop_processes
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
