@@ -39,7 +39,6 @@ class EmulatorNotInstalled(RuntimeError):
     """The emulator's binary is missing: run scripts/setup-emulators.sh."""
 
 
-
 def tools_dir() -> Path:
     """Where setup-emulators.sh puts Azurite and fake-gcs-server."""
     configured = os.environ.get("SPARKCDC_TOOLS_DIR")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from sparkcdc.testing.emulators import tools_dir
-from sparkcdc.testing.ports import free_port
 from sparkcdc.testing.jvm_service import java_command, serve_until_interrupted, spawn, terminate
+from sparkcdc.testing.ports import free_port
 
 class KafkaNotInstalled(RuntimeError):
     """The broker jars are missing: run scripts/setup-kafka.sh."""

@@ -37,7 +37,6 @@ DEFAULT_CONFIG: dict[str, str] = {
 }
 
 
-
 def _find_binary(name: str) -> str:
     for candidate in (shutil.which(name), f"/usr/sbin/{name}", f"/usr/bin/{name}"):
         if candidate and os.path.exists(candidate):

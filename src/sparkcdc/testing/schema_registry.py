@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from sparkcdc.testing.emulators import tools_dir
-from sparkcdc.testing.ports import free_port
 from sparkcdc.testing.jvm_service import java_command, serve_until_interrupted, spawn, terminate
+from sparkcdc.testing.ports import free_port
 
 class SchemaRegistryNotInstalled(RuntimeError):
     """The registry is missing: run scripts/setup-registry.sh."""

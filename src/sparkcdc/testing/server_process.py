@@ -23,7 +23,6 @@ def run_sparkcdc(*args: str, timeout: float = 180.0) -> subprocess.CompletedProc
                           capture_output=True, text=True, timeout=timeout)
 
 
-
 # Starts of a server whose chosen port turned out taken (ServerProcess.start).
 PORT_ATTEMPTS = 3
 
