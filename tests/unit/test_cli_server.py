@@ -1,6 +1,7 @@
 """`sparkcdc server` refuses bad security settings before starting anything."""
 
 import os
+import sys
 
 import pytest
 
@@ -8,12 +9,15 @@ from sparkcdc.cli.main import main
 
 
 @pytest.fixture(autouse=True)
-def keep_umask():
-    """`sparkcdc server` sets its process's umask to 0077; these tests run it in pytest's process."""
+def keep_process_state():
+    """`sparkcdc server` sets its process's umask to 0077 and keeps pandas out of it
+    (`keep_pandas_out`); these tests run it in pytest's process, whose later tests need neither."""
     before = os.umask(0o022)
     os.umask(before)
+    finders = list(sys.meta_path)
     yield
     os.umask(before)
+    sys.meta_path[:] = finders
 
 
 @pytest.mark.parametrize("extra, message", [
