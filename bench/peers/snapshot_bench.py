@@ -1,11 +1,18 @@
 """Snapshot benchmark: sparkcdc's initial snapshot next to Debezium's and Flink CDC's on one table.
 
     .venv/bin/python bench/peers/snapshot_bench.py [--rows 10000000] [--rounds 3]
-        [--tools debezium,flink-cdc,sparkcdc] [--no-writer]
+        [--tools select,debezium,flink-cdc,sparkcdc] [--no-writer] [--parallelism N]
 
 A private MariaDB gets one sysbench table (`id INT PK, k INT, c CHAR(120), pad CHAR(60)`) of
 --rows rows (server-side INSERT ... SELECT from the sequence engine). Then, per round and in turn
 (interleaved, same tables, same run), each tool copies the table:
+  select     not a CDC tool: the upstream's floor. The table read as a snapshot reads it,
+             without a change data pipeline: `[snapshot]`'s chunks (CHUNK_ROWS ids each), each
+             in its own `START TRANSACTION WITH CONSISTENT SNAPSHOT` with its binlog position
+             read, --parallelism (default: the cores) connections at once, by the `mariadb`
+             command-line client (`--quick`, rows streamed) into `wc -l`; the lines are checked.
+             What MariaDB itself takes to serve a copy on the same cores bounds every tool's
+             rows/s, and the writers' latency during it is the serving's own share;
   debezium   Debezium 3.5 embedded + MariaDB connector, snapshot.mode=initial_only,
              snapshot.locking.mode=none; every record to schemaless JSON, counted;
   flink-cdc  Flink CDC 3.2 MySQL source, scan.startup.mode=initial (incremental snapshot in
@@ -13,7 +20,8 @@ A private MariaDB gets one sysbench table (`id INT PK, k INT, c CHAR(120), pad C
   sparkcdc   a changefeed with `[snapshot] mode = "initial-only"` to the file storage sink
              (canal-json), from `changefeed create` until it is `finished`; the rows in the files
              are checked.
-Prints rows/s, CPU seconds and peak RSS of each tool's process tree (sparkcdc: the server's whole
+Prints rows/s, CPU seconds and peak RSS of each tool's process tree, the upstream MariaDB's CPU
+seconds during each run (sparkcdc: the server's whole
 tree, Spark included) with its peak PSS (each page the tree holds counted once: the RSS sum counts
 the pages a forked Python worker shares with its daemon in both), the ratios, and the writers'
 latency: a writer thread updates random rows one at a time all along (unless --no-writer); its
@@ -27,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -40,11 +50,12 @@ sys.path.insert(0, HERE)
 from capture_bench import add_server_arg, output_rows, start_server, tree_usage  # noqa: E402
 from peers_bench import build_java, run_measured  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
-from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, format_peaks  # noqa: E402
+from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, format_peaks, tree_usage  # noqa: E402
 from sparkcdc.testing.scratch import scratch_dir  # noqa: E402
 
-TOOLS = ("debezium", "flink-cdc", "sparkcdc")
+TOOLS = ("select", "debezium", "flink-cdc", "sparkcdc")
 DATABASE, TABLE = "sbsnap", "sbtest1"
+CHUNK_ROWS = 50_000  # [snapshot] chunk-size's default (docs/snapshot.md)
 
 
 def create_table(conn, rows: int) -> None:
@@ -90,6 +101,49 @@ class LatencyWriter(threading.Thread):
                 f"p99 {1000 * values[int(0.99 * (len(values) - 1))]:.2f} ms ({len(values)} writes)")
 
 
+def run_select(mariadb: MariaDBServer, rows: int, parallelism: int, work_dir: str) -> tuple[float, float, int, str]:
+    """The `select` floor (module docstring): seconds, CPU seconds of the clients (`mariadb` and
+    `wc`), 0 for their peak RSS (not sampled), and what was checked."""
+    chunks = [(first, min(rows, first + CHUNK_ROWS - 1)) for first in range(1, rows + 1, CHUNK_ROWS)]
+    command = ["mariadb", "--no-defaults", "--quick", "--batch", "--skip-column-names", "-h", "127.0.0.1",
+               "-P", str(mariadb.port), "-u", "root"]
+    scripts = []
+    for connection in range(parallelism):
+        path = os.path.join(work_dir, f"chunks-{connection}.sql")
+        with open(path, "w") as file:
+            for first, last in chunks[connection::parallelism]:
+                file.write("START TRANSACTION WITH CONSISTENT SNAPSHOT;\n"
+                           "SHOW STATUS LIKE 'binlog_snapshot_%';\n"  # two rows: file and position
+                           f"SELECT * FROM {DATABASE}.{TABLE} WHERE id BETWEEN {first} AND {last} ORDER BY id;\n"
+                           "COMMIT;\n")
+        scripts.append(path)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    began = time.monotonic()
+    pipelines = []
+    for path in scripts:
+        with open(path) as script:
+            client = subprocess.Popen(command, stdin=script, stdout=subprocess.PIPE)
+        counter = subprocess.Popen(["wc", "-l"], stdin=client.stdout, stdout=subprocess.PIPE, text=True)
+        client.stdout.close()
+        pipelines.append((client, counter))
+    lines = 0
+    for client, counter in pipelines:
+        lines += int(counter.communicate()[0])
+        if client.wait() != 0:
+            raise SystemExit(f"mariadb exited with {client.returncode}")
+    elapsed = time.monotonic() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if lines != rows + 2 * len(chunks):
+        raise SystemExit(f"select read {lines} lines, expected {rows + 2 * len(chunks)}")
+    return elapsed, cpu, 0, f"{rows} rows in {len(chunks)} chunks over {parallelism} connections"
+
+
+def upstream_cpu(mariadb: MariaDBServer) -> float:
+    """CPU seconds the upstream mariadbd has used so far."""
+    return tree_usage(mariadb.pid)[0]
+
+
 def run_sparkcdc(server, name: str, sink_dir: str, rows: int, parallelism: int) -> tuple[float, float, int]:
     sampler = PeakRSS(server.process.pid)
     cpu_before = tree_usage(server.process.pid)[0]
@@ -125,7 +179,7 @@ def main() -> int:
     if not tools or set(tools) - set(TOOLS):
         parser.error(f"--tools takes some of {', '.join(TOOLS)}")
     cores = os.cpu_count() or 2
-    classpaths = {tool: build_java(tool) for tool in tools if tool != "sparkcdc"}
+    classpaths = {tool: build_java(tool) for tool in tools if tool in ("debezium", "flink-cdc")}
     base = scratch_dir("sparkcdc-snapshot-bench-")
     mariadb = MariaDBServer(os.path.join(base, "mariadb"),
                             extra_config={"innodb_buffer_pool_size": "2G"}).start()
@@ -146,7 +200,10 @@ def main() -> int:
                 os.makedirs(work_dir, exist_ok=True)
                 if writer is not None:
                     writer.phase = f"{tool}-{round_number}"
-                if tool == "debezium":
+                upstream_before = upstream_cpu(mariadb)
+                if tool == "select":
+                    elapsed, cpu, peak, detail = run_select(mariadb, args.rows, args.parallelism or cores, work_dir)
+                elif tool == "debezium":
                     command = ["java", "-Xmx1g", "-cp", classpaths[tool], "io.sparkcdc.bench.DebeziumBench",
                                "127.0.0.1", str(mariadb.port), str(args.rows), work_dir, "initial_only",
                                f"{DATABASE}.{TABLE}"]
@@ -170,10 +227,12 @@ def main() -> int:
                     detail = f"{written} rows in the files (the writer's updates during the copy included)"
                 if writer is not None:
                     writer.phase = "between"
+                upstream = upstream_cpu(mariadb) - upstream_before
                 results[tool].append((elapsed, cpu, peak))
                 latency = writer.summary(f"{tool}-{round_number}") if writer is not None else ""
-                print(f"round {round_number} {tool}: {args.rows / elapsed:,.0f} rows/s, {elapsed:.1f}s, CPU {cpu:.1f}s, "
-                      f"peak RSS {peak / 2**20:,.0f} MiB; {latency}; {detail}", flush=True)
+                print(f"round {round_number} {tool}: {args.rows / elapsed:,.0f} rows/s, {elapsed:.1f}s, CPU {cpu:.1f}s "
+                      f"({1e6 * cpu / args.rows:.1f} us a row), peak RSS {peak / 2**20:,.0f} MiB; upstream CPU "
+                      f"{upstream:.1f}s ({1e6 * upstream / args.rows:.1f} us a row); {latency}; {detail}", flush=True)
         print(f"load average after: {os.getloadavg()}")
         print(f"\nmedian of {args.rounds} round(s), {args.rows} rows:")
         rates = {}
@@ -187,6 +246,10 @@ def main() -> int:
                 if tool in rates:
                     ratio = rates["sparkcdc"] / rates[tool]
                     print(f"sparkcdc / {tool}: {ratio:.2f} (target >= {target})")
+        if "select" in rates:
+            for tool in tools:
+                if tool != "select":
+                    print(f"{tool} / the upstream's floor (select): {rates[tool] / rates['select']:.2f}")
         if writer is not None:
             alone = statistics.median(writer.latencies.get("idle", [0.0])) or 1e-9
             for tool in tools:

@@ -67,6 +67,11 @@ class MariaDBServer:
         return os.path.join(self.base_dir, "mysqld.pid")
 
     @property
+    def pid(self) -> Optional[int]:
+        """The mariadbd process's id (None when it is not running)."""
+        return self._process.pid if self._process is not None else _read_pid(self.pid_file)
+
+    @property
     def config_file(self) -> str:
         return os.path.join(self.base_dir, "my.cnf")
 
@@ -261,7 +266,7 @@ class MariaDBServer:
         self._end(signal.SIGKILL, 30.0)
 
     def _end(self, sig: int, timeout: float) -> None:
-        pid = self._process.pid if self._process is not None else _read_pid(self.pid_file)
+        pid = self.pid
         if pid is None:
             return
         try:
