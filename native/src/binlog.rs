@@ -193,7 +193,7 @@ impl Packets {
     }
 
     /// `next` for a caller that has released the GIL.
-    fn next_released(&mut self) -> PyResult<Payload> {
+    pub(crate) fn next_released(&mut self) -> PyResult<Payload> {
         self.next_in(None)
     }
 

@@ -152,30 +152,39 @@ impl TextRowReader {
         if self.state == 0 {
             if let Some(error) = self.read_header(py)? {
                 self.state = 2;
-                self.finish_reading()?;
+                finish_reading(&mut self.packets)?;
                 return Ok(Some(PyBytes::new(py, &error).into_any()));
             }
         }
-        while self.state == 1 && self.rows < batch_rows {
-            let which = self.packets.next(py)?;
-            let p = self.packets.payload(&which);
-            if is_eof(p) {
-                self.state = 2;
-                self.finish_reading()?;
-                break;
+        // Framing and decoding need no Python: the driver's other chunk reads and its writer run
+        // meanwhile (pipeline/stream_reader.py: read_chunks_in_driver).
+        let (packets, after, modes, scratch) = (&mut self.packets, &mut self.after, &self.modes, &mut self.scratch);
+        let (state, rows) = (&mut self.state, &mut self.rows);
+        let answered = py.allow_threads(|| -> PyResult<Option<Vec<u8>>> {
+            while *state == 1 && *rows < batch_rows {
+                let which = packets.next_released()?;
+                let p = packets.payload(&which);
+                if is_eof(p) {
+                    *state = 2;
+                    finish_reading(packets)?;
+                    break;
+                }
+                if !p.is_empty() && p[0] == 0xFF {
+                    let error = p.to_vec();
+                    *state = 2;
+                    finish_reading(packets)?;
+                    return Ok(Some(error));
+                }
+                if let Err(message) = TextRowReader::append_row(after, modes, scratch, p) {
+                    *state = 2;
+                    return Err(malformed(message));
+                }
+                *rows += 1;
             }
-            if !p.is_empty() && p[0] == 0xFF {
-                let error = p.to_vec();
-                self.state = 2;
-                self.finish_reading()?;
-                return Ok(Some(PyBytes::new(py, &error).into_any()));
-            }
-            let (after, modes, scratch) = (&mut self.after, &self.modes, &mut self.scratch);
-            if let Err(message) = TextRowReader::append_row(after, modes, scratch, p) {
-                self.state = 2;
-                return Err(malformed(message));
-            }
-            self.rows += 1;
+            Ok(None)
+        })?;
+        if let Some(error) = answered {
+            return Ok(Some(PyBytes::new(py, &error).into_any()));
         }
         if self.rows == 0 {
             return Ok(None);
@@ -187,16 +196,14 @@ impl TextRowReader {
     }
 }
 
-impl TextRowReader {
-    /// The answer is read to its end: nothing may be left buffered, and the socket goes back
-    /// to pymysql without our read timeout.
-    fn finish_reading(&mut self) -> PyResult<()> {
-        self.packets.clear_timeout();
-        if self.packets.buffered() != 0 {
-            return Err(malformed(format!("{} bytes after the result set's end", self.packets.buffered())));
-        }
-        Ok(())
+/// The answer is read to its end: nothing may be left buffered, and the socket goes back to
+/// pymysql without our read timeout.
+fn finish_reading(packets: &mut Packets) -> PyResult<()> {
+    packets.clear_timeout();
+    if packets.buffered() != 0 {
+        return Err(malformed(format!("{} bytes after the result set's end", packets.buffered())));
     }
+    Ok(())
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

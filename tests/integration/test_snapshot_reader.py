@@ -119,6 +119,42 @@ def test_chunks_hold_every_row_once_for_every_key_kind(mariadb, fresh_db, name):
     reader.close()
 
 
+def test_a_wave_read_in_the_driver_gives_each_chunk_whole_and_in_the_waves_order(mariadb, fresh_db):
+    """With a local master the driver reads a snapshot wave, a thread per chunk: the snapshot stage
+    takes each chunk as its marker and then its rows, in the wave's order (`_pending_chunks`)."""
+    from sparkcdc.model.change_batch import runs_of_equal
+    from sparkcdc.pipeline.stream_reader import read_chunks_in_driver
+
+    conn = mariadb.connect(database=fresh_db)
+    with conn.cursor() as cur:
+        cur.execute("CREATE TABLE waves (id INT PRIMARY KEY, pad CHAR(100) NOT NULL)")
+        cur.execute("INSERT INTO waves SELECT seq, REPEAT('p', 100) FROM seq_1_to_30000")
+    cfg = UpstreamConfig.from_uri(mariadb.uri)
+    reader = connect_for_reads(cfg)
+    info = read_table_info(reader, fresh_db, "waves", 1, 1)
+    key = choose_chunk_key(info, table_indexes(reader, fresh_db, "waves"))
+    bounds, low = [], None
+    while low is not None or not bounds:
+        high = next_boundary(reader, info, key, low, 7000)
+        bounds.append((low, high))
+        low = high
+    reader.close()
+    assert len(bounds) == 5
+    reads = [ChunkRead(cfg, number, info.to_json(), key, low, high) for number, (low, high) in enumerate(bounds)]
+    wave = read_chunks_in_driver(reads)
+    numbers = wave["commit_ts"].to_numpy()
+    runs = runs_of_equal(numbers)
+    assert [int(numbers[first]) for first, _ in runs] == [0, 1, 2, 3, 4]
+    ids = []
+    for (first, last), read in zip(runs, reads):
+        chunk = wave.slice(first, last - first)
+        assert chunk["op"][0].as_py() == CHUNK_MARKER
+        alone = pa.Table.from_batches(list(read_chunk_batches(read)))
+        assert chunk.slice(1)["after"].to_pylist() == alone.slice(1)["after"].to_pylist()
+        ids.extend(int(after[0]) for after in chunk.slice(1)["after"].to_pylist())
+    assert ids == list(range(1, 30001))
+
+
 def test_chunk_key_rules_and_privileges(mariadb, fresh_db):
     conn = mariadb.connect(database=fresh_db)
     with conn.cursor() as cur:

@@ -16,7 +16,9 @@ from sparkcdc.pipeline.planning import (
     BatchOffset,
     BatchPacer,
     SourceOptions,
+    chunks_waiting,
     plan_next_batch,
+    set_chunks_waiting,
     split_ranges,
 )
 from sparkcdc.sink.contract import Sink
@@ -282,6 +284,27 @@ def test_pieces_the_target_and_nothing_new():
     assert not pacer.ready(index, BatchOffset(10), BatchOffset(30), backlog=False, target_ts=40)
     clock.now += 60
     assert not pacer.ready(index, BatchOffset(30), BatchOffset(30), backlog=True)
+
+
+def test_a_batch_runs_at_once_while_snapshot_chunks_wait_for_it(tmp_path):
+    """The snapshot stage's signal beside the cap file: read chunks wait for the stream to pass
+    their positions, so no batch is held for the interval, until the signal is lifted."""
+    clock, index = Clock(), FakeIndex([txn(10), txn(20)], resolved=30)
+    cap_file = str(tmp_path / "snapshot-cap")
+    options = SourceOptions(index_path="", upstream_uri="mysql://u@h:1/", start_ts=0, cap_file=cap_file)
+    pacer = BatchPacer(1.0, clock)
+    pacer.ran()
+    clock.now += 0.1
+    assert pacer.plan(index, BatchOffset(10), options) == BatchOffset(10)  # held for the interval
+    set_chunks_waiting(cap_file, True)
+    assert chunks_waiting(cap_file)
+    assert pacer.plan(index, BatchOffset(10), options) == BatchOffset(30)
+    assert pacer.plan(index, BatchOffset(30), options) == BatchOffset(30)  # nothing new: nothing to run
+    set_chunks_waiting(cap_file, False)
+    set_chunks_waiting(cap_file, False)  # lifting it twice is harmless
+    assert not chunks_waiting(cap_file) and not chunks_waiting("")
+    index.resolved = 40
+    assert pacer.plan(index, BatchOffset(30), options) == BatchOffset(30)  # the interval again
 
 
 def test_planning_reads_the_index_a_page_at_a_time(monkeypatch):

@@ -210,6 +210,31 @@ def set_stream_cap(path: str, ts: Optional[int]) -> None:
     os.replace(path + ".tmp", path)
 
 
+# Beside the cap file while chunks a snapshot wave read wait for the stream to pass their positions:
+# the source then plans batches at once instead of one per trigger interval (BatchPacer.ready).
+WAITING_SUFFIX = ".waiting"
+
+
+def set_chunks_waiting(cap_file: str, waiting: bool) -> None:
+    """Tells the source (through a file beside `cap_file`) whether read chunks wait for a batch."""
+    if not cap_file:
+        return
+    path = cap_file + WAITING_SUFFIX
+    if waiting:
+        with open(path, "w", encoding="ascii"):
+            pass
+        return
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def chunks_waiting(cap_file: str) -> bool:
+    """Whether the snapshot stage said read chunks wait for a batch (`set_chunks_waiting`)."""
+    return bool(cap_file) and os.path.exists(cap_file + WAITING_SUFFIX)
+
+
 @dataclass(frozen=True)
 class BatchOffset:
     """A source offset: every transaction up to `ts`, or with `piece` = k > 0, every transaction
@@ -316,7 +341,10 @@ class BatchPacer:
     - a batch with transactions runs `interval` seconds after the previous batch started;
     - a batch that only moves an idle upstream's resolved-ts runs at most once per
       max(interval, IDLE_BATCH_SECONDS), so a short trigger interval costs no more when idle;
-    - a batch reaching the changefeed's target-ts runs at once.
+    - a batch reaching the changefeed's target-ts runs at once;
+    - so does any batch while chunks an initial snapshot read wait for the stream to pass their
+      positions (`chunks_waiting`): the snapshot's next wave waits for them to be written, and
+      holding each such batch for the interval left the cores idle between waves.
     It also sizes batches: CATCH_UP_BATCH_FACTOR times max-batch-bytes after a batch that was cut
     by size (`batch_bytes`), max-batch-bytes otherwise."""
 
@@ -345,7 +373,7 @@ class BatchPacer:
         end, backlog = plan_next_batch(index, start, options.target_ts, self.batch_bytes(options.max_batch_bytes),
                                        options.split_transactions, piece_batch_bytes=options.max_batch_bytes,
                                        read=read, drop_marked=options.bdr_mode)
-        if not self.ready(index, start, end, backlog, options.target_ts):
+        if not self.ready(index, start, end, backlog, options.target_ts, chunks_waiting(options.cap_file)):
             return start
         self.ran(backlog)
         self._planned = (start, end, [size for size in read if size.commit_ts <= end.ts])
@@ -359,10 +387,12 @@ class BatchPacer:
             return None
         return self._planned[2]
 
-    def ready(self, index: "TxnIndex", start: BatchOffset, end: BatchOffset, backlog: bool, target_ts: int = 0) -> bool:
+    def ready(self, index: "TxnIndex", start: BatchOffset, end: BatchOffset, backlog: bool, target_ts: int = 0,
+              chunks_wait: bool = False) -> bool:
         if end.key() <= start.key():
             return False
-        if backlog or self._catching_up or start.piece or end.piece or (target_ts and end.ts >= target_ts):
+        if (backlog or chunks_wait or self._catching_up or start.piece or end.piece
+                or (target_ts and end.ts >= target_ts)):
             return True
         elapsed = self._clock() - self._last
         if elapsed >= max(self.interval, IDLE_BATCH_SECONDS):

@@ -56,7 +56,8 @@ from sparkcdc.pipeline.planning import (BatchOffset, BatchPlan, ChunkPartition, 
 from sparkcdc.pipeline.query_rest import REST_TIMEOUT_SECONDS, bring_to_rest
 from sparkcdc.pipeline.source import BATCH_SOURCE_NAME, SOURCE_NAME
 from sparkcdc.pipeline.spark_session import begin_planner_use, end_planner_use, planner_use, retire_planner_workers
-from sparkcdc.pipeline.stream_reader import SMALL_BATCH_BYTES, plain_span, read_in_driver, read_small_batch
+from sparkcdc.pipeline.stream_reader import (SMALL_BATCH_BYTES, plain_span, read_chunks_in_driver, read_in_driver,
+                                             read_small_batch)
 from sparkcdc.pipeline.transport import unpack_changes
 from sparkcdc.schema.rules import DDLPolicy
 from sparkcdc.sink.contract import Sink
@@ -422,6 +423,8 @@ class ChangefeedRunner:
                                 spool_dir=spool_dir)
 
         def read_wave(reads):
+            if spool_dir:  # a local master: the driver reads the wave (stream_reader.read_chunks_in_driver)
+                return read_chunks_in_driver(reads)
             plan = BatchPlan(options, tuple(ChunkPartition(read) for read in reads))
             session = getattr(self._spark, "session", self._spark)
             with planner_use():  # Spark's planner processes read the plan (spark_session.py)

@@ -58,7 +58,7 @@ from sparkcdc.model.changefeed import ChangefeedStore
 from sparkcdc.model.events import DDLEvent, TableInfo
 from sparkcdc.model.position import BinlogPosition
 from sparkcdc.model.snapshot import ChunkState, SnapshotState, TableSnapshot
-from sparkcdc.pipeline.planning import set_stream_cap
+from sparkcdc.pipeline.planning import set_chunks_waiting, set_stream_cap
 from sparkcdc.schema import ddl_types as T
 from sparkcdc.upstream.connection import UpstreamConfig, binlog_end
 from sparkcdc.upstream.snapshot_reader import (
@@ -171,6 +171,7 @@ class SnapshotStage:
         self._lock = threading.Condition()
         self.state = SnapshotState.from_json(store.get_snapshot(namespace, changefeed_id))
         self._pending: list[PendingChunk] = []
+        self._waiting_told = False  # whether the source was told chunks wait (_tell_waiting)
         self._reading: Optional[_Wave] = None
         self._stop = threading.Event()
         self._stream_running = threading.Event()  # the stream has written its first batch
@@ -297,6 +298,7 @@ class SnapshotStage:
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(60)
         set_stream_cap(self._cap_file, None)
+        set_chunks_waiting(self._cap_file, False)
 
     close = stop
 
@@ -379,6 +381,14 @@ class SnapshotStage:
             set_stream_cap(self._cap_file, since)
         return wave
 
+    def _tell_waiting(self) -> None:
+        """With the lock held, after `_pending` changed: the source runs batches at once while
+        read chunks wait for one (planning.set_chunks_waiting), at its interval otherwise."""
+        waiting = bool(self._pending)
+        if waiting != self._waiting_told:
+            set_chunks_waiting(self._cap_file, waiting)
+            self._waiting_told = waiting
+
     def _plan_chunk(self, conn, info: TableInfo, table: TableSnapshot) -> ChunkState:
         low = table.chunks[-1].high if table.chunks else None
         high = None
@@ -407,6 +417,7 @@ class SnapshotStage:
             raise
         with self._lock:
             self._pending.extend(read)
+            self._tell_waiting()
             self.chunks_read += len(read)
             self._reading = None
             set_stream_cap(self._cap_file, None)
@@ -484,6 +495,7 @@ class SnapshotStage:
         if stale:
             with self._lock:
                 self._pending = [p for p in self._pending if p not in stale]
+                self._tell_waiting()
                 self._lock.notify_all()
         return placed
 
@@ -557,6 +569,7 @@ class SnapshotStage:
                              table.done_rows, table.done_chunks)
                 if pending in self._pending:
                     self._pending.remove(pending)
+            self._tell_waiting()
             self._persist()
             self._lock.notify_all()
             finished = self.state.finished

@@ -29,7 +29,7 @@ from sparkcdc.pipeline.planning import (BatchOffset, BatchPacer, BatchPlan, Chun
 from sparkcdc.pipeline.transport import pack_batch, spool_batches
 from sparkcdc.pipeline.without_pandas import in_spark_worker, keep_pandas_out
 from sparkcdc.upstream.range_reader import read_range_batches, read_range_batches_at_once
-from sparkcdc.upstream.snapshot_reader import read_chunk_batches
+from sparkcdc.upstream.snapshot_reader import ChunkRead, read_chunk_batches
 
 if TYPE_CHECKING:  # the driver-side planning modules stay out of the executors' imports
     from sparkcdc.upstream.txn_index import TxnIndex
@@ -134,6 +134,19 @@ def read_in_driver(partitions: Sequence[InputPartition], limit_bytes: Optional[i
             return None
         batches.extend(read)
     return pa.Table.from_batches(batches, schema=CHANGE_SCHEMA)
+
+
+def read_chunks_in_driver(reads: Sequence[ChunkRead]) -> pa.Table:
+    """A snapshot wave's chunks read in this process (the driver), a thread each, in the wave's
+    order: the same table as the wave's read tasks would give (pipeline/snapshot.py reads it).
+    With a local master the executors are this machine's cores anyway, and the Spark job of each
+    wave cost more than its reads (its scheduling and Python workers' round trip, and the workers'
+    memory). A read's failure is raised here, as the job's would be."""
+    if len(reads) == 1:
+        return pa.Table.from_batches(list(read_chunk_batches(reads[0])), schema=CHANGE_SCHEMA)
+    with ThreadPoolExecutor(len(reads), thread_name_prefix="snapshot-read") as pool:
+        chunks = list(pool.map(lambda read: list(read_chunk_batches(read)), reads))
+    return pa.Table.from_batches([batch for batches in chunks for batch in batches], schema=CHANGE_SCHEMA)
 
 
 def _read_at_once(partition: RangePartition) -> "list[pa.RecordBatch] | Exception | None":
