@@ -266,3 +266,30 @@ def test_the_stream_is_capped_at_a_wave_start_while_the_wave_reads(index, tmp_pa
     with pytest.raises(OSError):
         snapshot._read(snapshot._reading)
     assert stream_cap(cap_file) is None
+
+
+def test_the_source_hurries_while_read_chunks_wait_for_the_stream(index, tmp_path):
+    """While read chunks wait for a batch past their positions, the snapshot stage says so beside
+    the cap file (the source then plans batches at once); written, or dropped to read again, they
+    wait no more, and a stopped stage leaves no signal behind."""
+    from sparkcdc.pipeline.planning import chunks_waiting
+
+    cap_file = str(tmp_path / "snapshot-cap")
+    snapshot = stage(index)
+    snapshot._cap_file = cap_file
+    wave = snapshot._next_wave()
+    assert not chunks_waiting(cap_file)
+    snapshot._read_wave = lambda reads: pa.Table.from_batches([
+        _marker(0, info("t", 100), str(BinlogPosition(FILE, 400)), ""),
+        rows_batch(0, info("t", 100), 0, [["1"], ["x"]])])
+    snapshot._read(wave)
+    assert len(snapshot._pending) == 1 and chunks_waiting(cap_file)
+    assert snapshot.placements(100, 150) == [] and chunks_waiting(cap_file)  # its place is after 200
+    snapshot.placed(snapshot.placements(100, 300))
+    assert not snapshot._pending and not chunks_waiting(cap_file)
+    with snapshot._lock:
+        snapshot._pending.append(object())  # another read chunk waits
+        snapshot._tell_waiting()
+    assert chunks_waiting(cap_file)
+    snapshot.stop()
+    assert not chunks_waiting(cap_file)
