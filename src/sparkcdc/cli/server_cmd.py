@@ -41,8 +41,8 @@ def register(subparsers) -> None:
                         help="seconds a capture's etcd lease lives without keepalive (default %(default)s)")
     parser.add_argument("--spark-master", default=None, metavar="URL",
                         help="Spark master URL, e.g. spark://host:7077; this process is the driver (default local[*]; "
-                             "local[1] keeps one Python read worker for a snapshot's chunks instead of one per core: "
-                             "less memory, a batch's binlog ranges and a snapshot's chunks read one at a time)")
+                             "with a local master the driver reads the binlog and a snapshot's chunks itself, a thread "
+                             "per core; local[1] reads a batch's binlog ranges and a snapshot's chunks one at a time)")
     parser.add_argument("--spark-remote", default=None, metavar="sc://HOST:PORT",
                         help="run changefeeds over Spark Connect: the Connect server's executors decode the binlog, "
                              "this process plans the batches and writes the sinks (sparkcdc must be installed "
