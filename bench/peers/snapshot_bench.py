@@ -20,13 +20,12 @@ A private MariaDB gets one sysbench table (`id INT PK, k INT, c CHAR(120), pad C
   sparkcdc   a changefeed with `[snapshot] mode = "initial-only"` to the file storage sink
              (canal-json), from `changefeed create` until it is `finished`; the rows in the files
              are checked.
-Prints rows/s, CPU seconds and peak RSS of each tool's process tree, the upstream MariaDB's CPU
-seconds during each run (sparkcdc: the server's whole
+Prints rows/s, CPU seconds and peak RSS of each tool's process tree (sparkcdc: the server's whole
 tree, Spark included) with its peak PSS (each page the tree holds counted once: the RSS sum counts
-the pages a forked Python worker shares with its daemon in both), the ratios, and the writers'
-latency: a writer thread updates random rows one at a time all along (unless --no-writer); its
-median and p99 commit latency while each tool runs is compared with the same writer's alone
-before the rounds. Targets (issue 19, 2 cores): sparkcdc >= 2x Flink CDC's and >= 3x Debezium's
+the pages a forked Python worker shares with its daemon in both), the upstream MariaDB's CPU
+seconds during each run, the ratios, and the writers' latency: a writer thread updates random
+rows one at a time all along (unless --no-writer); its median and p99 commit latency while each
+tool runs is compared with the same writer's alone before the rounds. Targets (issue 19, 2 cores): sparkcdc >= 2x Flink CDC's and >= 3x Debezium's
 rows/s on 10M rows, peak RSS < 1.5 GB, writers' latency <= 1.2x. The Java projects are built
 with Maven on first use (bench/peers/java/*).
 """
@@ -47,7 +46,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "src"))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
-from capture_bench import add_server_arg, output_rows, start_server, tree_usage  # noqa: E402
+from capture_bench import add_server_arg, output_rows, start_server  # noqa: E402
 from peers_bench import build_java, run_measured  # noqa: E402
 from sparkcdc.testing.mariadb import MariaDBServer  # noqa: E402
 from sparkcdc.testing.process_usage import PeakRSS, format_breakdown, format_peaks, tree_usage  # noqa: E402

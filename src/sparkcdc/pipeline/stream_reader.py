@@ -142,8 +142,6 @@ def read_chunks_in_driver(reads: Sequence[ChunkRead]) -> pa.Table:
     With a local master the executors are this machine's cores anyway, and the Spark job of each
     wave cost more than its reads (its scheduling and Python workers' round trip, and the workers'
     memory). A read's failure is raised here, as the job's would be."""
-    if len(reads) == 1:
-        return pa.Table.from_batches(list(read_chunk_batches(reads[0])), schema=CHANGE_SCHEMA)
     with ThreadPoolExecutor(len(reads), thread_name_prefix="snapshot-read") as pool:
         chunks = list(pool.map(lambda read: list(read_chunk_batches(read)), reads))
     return pa.Table.from_batches([batch for batches in chunks for batch in batches], schema=CHANGE_SCHEMA)
