@@ -1,4 +1,5 @@
 import multiprocessing
+import os
 import sqlite3
 
 import pytest
@@ -75,6 +76,27 @@ def test_failed_append_leaves_nothing(index):
     with pytest.raises(Exception):
         index.append([txn(1001, 100, 200, "0-1-1"), txn(1001, 200, 300, "0-1-2")], [], [], 1001)
     assert index.txns_between(0, 10**9) == [] and index.resolved_ts() == 1000
+
+
+def test_appends_keep_their_connection_so_the_wal_is_not_checkpointed_each_time(index):
+    wal = index.path + "-wal"
+    index.append([txn(1001, 100, 200, "0-1-1")], [], [], 1001)
+    index.append([txn(1002, 200, 300, "0-1-2")], [], [], 1002)
+    # A connection closed after each append would have been the last one: SQLite checkpoints and
+    # removes the WAL then. Readers (another instance, as the API's) see the appends meanwhile.
+    assert os.path.getsize(wal) > 0
+    assert [t.commit_ts for t in TxnIndex(index.path).txns_between(0, 10**9)] == [1001, 1002]
+    index.close()
+    assert not os.path.exists(wal)
+    index.append([txn(1003, 300, 400, "0-1-3")], [], [], 1003)  # a closed index opens its connection again
+    assert index.resolved_ts() == 1003
+
+
+def test_an_append_after_a_failed_one_goes_through(index):
+    with pytest.raises(sqlite3.IntegrityError):
+        index.append([txn(1001, 100, 200, "0-1-1"), txn(1001, 200, 300, "0-1-2")], [], [], 1001)
+    index.append([txn(1001, 100, 200, "0-1-1")], [], [], 1001)
+    assert [t.gtid for t in index.txns_between(0, 10**9)] == ["0-1-1"] and index.resolved_ts() == 1001
 
 
 def _read_in_child(path, queue):

@@ -487,6 +487,7 @@ class Puller:
                     self._stop.wait(backoff)
                     backoff = min(RECONNECT_BACKOFF_MAX, backoff * 2)
         finally:
+            self.index.close()
             if self._health.state != FAILED:
                 self._set_state(STOPPED)
             with self._progress:
