@@ -110,6 +110,34 @@ def test_chunks_after_the_same_transaction_stay_in_commit_order(index):
     assert table.rows["after"].to_pylist() == [["0", "x"], ["1", "x"], ["2", "x"], ["0", "x"], ["1", "x"]]
 
 
+def test_a_chunk_goes_among_the_streams_rows_of_its_table_in_commit_order(index):
+    """The writes to a table during its copy and its chunk's rows in one batch: merged in
+    commit-ts order, so the batch writer takes them in that order as they are (tables_of copies
+    and sorts a batch out of order)."""
+    snapshot = stage(index)
+    pend(snapshot, 300)
+    placements = snapshot.placements(100, 300)
+    stream = pa.concat_tables([pa.Table.from_batches([marker_batch(100, 300)]),
+                               rows(2).set_column(0, "commit_ts", pa.array([200, 202], pa.int64()))])
+    merged = snapshot.merge(stream, placements)
+    assert merged["commit_ts"].to_pylist() == [300, 200, 201, 201, 201, 202]  # the range marker first
+    sorted_rows, [table] = tables_of(merged)
+    assert sorted_rows["after"].to_pylist() == merged["after"].to_pylist()
+    assert table.rows["commit_ts"].to_pylist() == [200, 201, 201, 201, 202]
+
+
+def test_a_chunk_goes_last_when_the_stream_is_out_of_commit_order_and_the_writer_sorts(index):
+    snapshot = stage(index)
+    pend(snapshot, 300)
+    placements = snapshot.placements(100, 300)
+    stream = pa.concat_tables([rows(2).set_column(0, "commit_ts", pa.array([202, 200], pa.int64())),
+                               pa.Table.from_batches([marker_batch(100, 300)])])
+    merged = snapshot.merge(stream, placements)
+    assert merged["commit_ts"].to_pylist() == [202, 200, 300, 201, 201, 201]
+    _, [table] = tables_of(merged)
+    assert table.rows["commit_ts"].to_pylist() == [200, 201, 201, 201, 202]
+
+
 def test_chunk_older_than_the_batch_goes_at_its_start(index):
     snapshot = stage(index)
     pend(snapshot, 400)  # the upstream was idle since 202; the stream is already past it

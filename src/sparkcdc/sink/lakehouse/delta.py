@@ -101,9 +101,9 @@ class DeltaTables:
             if field.name not in plan.key:
                 deletes = deletes.append_column(field, pa.nulls(deletes.num_rows, field.type))
         source = pa.concat_tables([
-            plan.upserts.append_column(_DELETE_FLAG, pa.array([False] * plan.upserts.num_rows, pa.bool_())),
+            plan.upserts.append_column(_DELETE_FLAG, pa.repeat(pa.scalar(False), plan.upserts.num_rows)),
             deletes.select(plan.upserts.column_names).append_column(
-                _DELETE_FLAG, pa.array([True] * deletes.num_rows, pa.bool_())),
+                _DELETE_FLAG, pa.repeat(pa.scalar(True), deletes.num_rows)),
         ])
         on = " AND ".join(f"t.{_quoted(k)} = s.{_quoted(k)}" for k in plan.key)
         deleted = f"s.{_quoted(_DELETE_FLAG)}"

@@ -131,7 +131,7 @@ def default_array(column: ColumnInfo, length: int, now_text: str) -> pa.Array:
         text = now_text
     if text is None and not column.nullable:
         text = implicit_default(column)
-    return typed_array(column, pa.array([text] * length, pa.string()))
+    return typed_array(column, pa.repeat(pa.scalar(text, pa.string()), length))
 
 
 def implicit_default(column: ColumnInfo) -> Optional[str]:
