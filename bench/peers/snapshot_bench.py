@@ -35,9 +35,11 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -143,11 +145,12 @@ def upstream_cpu(mariadb: MariaDBServer) -> float:
     return tree_usage(mariadb.pid)[0]
 
 
-def run_sparkcdc(server, name: str, sink_dir: str, rows: int, parallelism: int) -> tuple[float, float, int]:
+def run_sparkcdc(server, name: str, work_dir: str, sink_dir: str, rows: int,
+                 parallelism: int) -> tuple[float, float, int]:
     sampler = PeakRSS(server.process.pid)
     cpu_before = tree_usage(server.process.pid)[0]
     sampler.start()
-    config = os.path.join(os.path.dirname(sink_dir), f"{name}.toml")
+    config = os.path.join(work_dir, f"{name}.toml")
     with open(config, "w") as file:
         file.write(f'[filter]\nrules = ["{DATABASE}.{TABLE}"]\n[snapshot]\nmode = "initial-only"\n'
                    f"parallelism = {parallelism}\n")
@@ -172,6 +175,10 @@ def main() -> int:
     parser.add_argument("--no-writer", action="store_true", help="no concurrent writer (no latency figures)")
     parser.add_argument("--parallelism", type=int, default=0,
                         help="sparkcdc's [snapshot] parallelism (chunk reads at once); default: the cores")
+    parser.add_argument("--sink-dir", default="",
+                        help="where sparkcdc's file sink writes (a new directory in it, removed after each round): "
+                             "e.g. a tmpfs, so the sink's output is not written back to the upstream's disk "
+                             "(the peers count their records without writing them); default: the scratch dir")
     add_server_arg(parser)
     args = parser.parse_args()
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
@@ -214,13 +221,18 @@ def main() -> int:
                 else:
                     server = start_server(os.path.join(work_dir, "cdc"), mariadb.uri, "native", warm=True,
                                           extra_args=tuple(args.server_arg))
+                    sink_dir = (tempfile.mkdtemp(prefix="sparkcdc-snapshot-out-", dir=args.sink_dir)
+                                if args.sink_dir else os.path.join(work_dir, "out"))
                     try:
-                        sink_dir = os.path.join(work_dir, "out")
-                        elapsed, cpu, peak = run_sparkcdc(server, f"snapshot-{round_number}", sink_dir, args.rows,
-                                                          args.parallelism or cores)
+                        try:
+                            elapsed, cpu, peak = run_sparkcdc(server, f"snapshot-{round_number}", work_dir, sink_dir,
+                                                              args.rows, args.parallelism or cores)
+                        finally:
+                            server.stop()
+                        written = output_rows(sink_dir, "canal-json")
                     finally:
-                        server.stop()
-                    written = output_rows(sink_dir, "canal-json")
+                        if args.sink_dir:
+                            shutil.rmtree(sink_dir, ignore_errors=True)  # a tmpfs holds it in memory
                     if written < args.rows:
                         raise SystemExit(f"sparkcdc wrote {written} rows, expected {args.rows}")
                     detail = f"{written} rows in the files (the writer's updates during the copy included)"
