@@ -305,7 +305,7 @@ def rows_batch(number: int, info: TableInfo, first_seq: int, columns: list[list]
 def _inserts(number: int, info: TableInfo, first_seq: int, after: pa.Array) -> pa.RecordBatch:
     """Insert rows of `info` with the images `after`: commit_ts `number`, seq from `first_seq`."""
     count = len(after)
-    # pa.repeat, not pa.array of a list: the lists cost 0.6 us a row, 13% of a 10M-row snapshot's CPU.
+    # pa.repeat, not pa.array of Python lists: 12 ns a row against the lists' 148 (docs/benchmarks.md).
     return pa.RecordBatch.from_arrays(
         [pa.repeat(pa.scalar(number, pa.int64()), count),
          pa.array(np.arange(first_seq, first_seq + count, dtype=np.int64)),
