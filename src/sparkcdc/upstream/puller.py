@@ -487,11 +487,11 @@ class Puller:
                     self._stop.wait(backoff)
                     backoff = min(RECONNECT_BACKOFF_MAX, backoff * 2)
         finally:
-            self.index.close()
             if self._health.state != FAILED:
                 self._set_state(STOPPED)
             with self._progress:
                 self._progress.notify_all()
+            self.index.close()  # last: whatever it raises, the puller has said it stopped
 
     def _user_error(self, exc: BaseException) -> SparkCDCError:
         """The coded error a user sees for what stopped `_pull`."""
