@@ -1,13 +1,15 @@
 """MySQL sink apply benchmark: rows/s into a downstream MariaDB with worker-count 1, 4, 16.
 
-    .venv/bin/python bench/mysql_apply_bench.py [--changes 50000] [--workers 1,4,16]
+    .venv/bin/python bench/mysql_apply_bench.py [--changes 50000] [--workers 1,4,16] [--update-rows 1]
 
 Drives the sink alone (no binlog, no Spark), so the figure is what the sink can apply: a
 sysbench-shaped table (`id INT PK, k INT, c CHAR(120), pad CHAR(60)`, index on k) receives
 small transactions as sysbench's oltp_write_only makes them: 60% of the changes are inserts in
-10-row transactions, 30% single-row updates of k/c, 10% single-row deletes, keys random. Each
-worker-count starts from an empty table; the clock runs from the first `write_rows` until
-`flush` returns (everything committed). Not a test: figures go in docs/benchmarks.md.
+10-row transactions, 30% single-row updates of k/c, 10% single-row deletes, keys random
+(`--update-rows N`: the updates come N distinct rows to a transaction, as sysbench's range
+updates). Each worker-count starts from an empty table; the clock runs from the first
+`write_rows` until `flush` returns (everything committed); the downstream's CPU seconds are
+printed beside it. Not a test: figures go in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ def sysbench_text(rng: random.Random, groups: int) -> str:
     return "-".join(f"{rng.randrange(10**11):011d}" for _ in range(groups))
 
 
-def transactions(changes: int, seed: int = 7) -> list[list[RowChange]]:
+def transactions(changes: int, seed: int = 7, update_rows: int = 1) -> list[list[RowChange]]:
     """Upstream-like transactions (one change per key each), commit-ts increasing."""
     rng = random.Random(seed)
     live: dict[int, tuple[str, ...]] = {}
@@ -62,9 +64,17 @@ def transactions(changes: int, seed: int = 7) -> list[list[RowChange]]:
         if before is None:
             continue
         if choice < 0.9:
-            after = (before[0], str(int(before[1]) + 1), sysbench_text(rng, 10), before[3])
-            live[key] = after
-            out.append([RowChange(commit_ts, SCHEMA, TABLE, "update", before=before, after=after)])
+            txn = []
+            for other in range(key, key + update_rows * 2):
+                before = live.get(other)
+                if before is None or len(txn) == update_rows:
+                    continue
+                after = (before[0], str(int(before[1]) + 1), sysbench_text(rng, 10), before[3])
+                live[other] = after
+                txn.append(RowChange(commit_ts, SCHEMA, TABLE, "update", before=before, after=after, seq=len(txn)))
+            out.append(txn)
+            emitted += len(txn)
+            continue
         else:
             del live[key]
             out.append([RowChange(commit_ts, SCHEMA, TABLE, "delete", before=before)])
@@ -84,35 +94,44 @@ def fresh_table(server: MariaDBServer) -> TableInfo:
     return info
 
 
-def run_once(server: MariaDBServer, workers: int, txns: list[list[RowChange]]) -> tuple[int, float]:
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_once(server: MariaDBServer, workers: int, txns: list[list[RowChange]]) -> tuple[int, float, float]:
     info = fresh_table(server)
     uri = f"mysql://root@127.0.0.1:{server.port}/?worker-count={workers}"
     rows = sum(len(t) for t in txns)
     with MySQLSink(uri, ReplicaConfig()) as sink:
         sink.table_meta(info)  # downstream metadata is read once per table version, not timed
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), cpu_seconds(server.pid)
         for start in range(0, len(txns), 500):  # the pipeline hands a batch's transactions at once
             sink.write_rows(info, [row for txn in txns[start:start + 500] for row in txn])
         sink.flush()
-        elapsed = time.perf_counter() - started
-    return rows, elapsed
+        elapsed, cpu = time.perf_counter() - started, cpu_seconds(server.pid) - cpu
+    return rows, elapsed, cpu
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--changes", type=int, default=50_000)
     parser.add_argument("--workers", default="1,4,16")
+    parser.add_argument("--update-rows", type=int, default=1, help="rows an update transaction changes")
     args = parser.parse_args()
-    txns = transactions(args.changes)
+    if args.update_rows < 1:
+        parser.error("--update-rows must be 1 or more")
+    txns = transactions(args.changes, update_rows=args.update_rows)
     with tempfile.TemporaryDirectory(prefix="sparkcdc-apply-bench-") as base:
         server = MariaDBServer(os.path.join(base, "downstream")).start()
         try:
             print(f"{sum(len(t) for t in txns)} row changes in {len(txns)} transactions")
-            print("| worker-count | rows | seconds | rows/s |")
-            print("|---|---|---|---|")
+            print("| worker-count | rows | seconds | rows/s | downstream CPU s |")
+            print("|---|---|---|---|---|")
             for workers in (int(w) for w in args.workers.split(",")):
-                rows, elapsed = run_once(server, workers, txns)
-                print(f"| {workers} | {rows:,} | {elapsed:.1f} | {rows / elapsed:,.0f} |", flush=True)
+                rows, elapsed, cpu = run_once(server, workers, txns)
+                print(f"| {workers} | {rows:,} | {elapsed:.1f} | {rows / elapsed:,.0f} | {cpu:.1f} |", flush=True)
         finally:
             server.stop()
     return 0

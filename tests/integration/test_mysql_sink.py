@@ -119,27 +119,32 @@ def test_every_column_type_with_pk_changes_and_replays(downstream, columnar):
     with open_sink(downstream, "worker-count=4") as sink:
         info = setup_table(sink, downstream, "db1", ALL_TYPES, "all_types")
         assert info.handle_key == ("id", "k2") and info.column("gen").generated
+        row_d = ("4", "four") + ROW_B[2:-1] + ("8",)
         rows = [
             RowChange(ts(3), "db1", "all_types", "insert", after=ROW_A, seq=0),
             RowChange(ts(3), "db1", "all_types", "insert", after=ROW_B, seq=1),
             RowChange(ts(3), "db1", "all_types", "insert", after=ROW_NULLS, seq=2),
+            RowChange(ts(3), "db1", "all_types", "insert", after=row_d, seq=3),
         ]
         write(sink, info, rows, columnar)
         sink.flush()
         got = canonical_rows(downstream, "db1", info)
-        assert normalize_json(got, 23) == normalize_json(expected(info, ROW_A, ROW_B, ROW_NULLS), 23)
+        assert normalize_json(got, 23) == normalize_json(expected(info, ROW_A, ROW_B, ROW_NULLS, row_d), 23)
 
-        # PK-changing update, a plain update, a delete, in one transaction; then replay it.
+        # A PK-changing update, two plain updates (one upsert statement of every type, NULLs
+        # replaced by values among them), a delete, in one transaction; then replay it.
         moved = ("10",) + ROW_A[1:-1] + ("20",)
         changed = ROW_B[:10] + ("new",) + ROW_B[11:]
+        filled = ROW_NULLS[:2] + ROW_A[2:-1] + ROW_NULLS[-1:]
         txn = [
             RowChange(ts(4), "db1", "all_types", "update", before=ROW_A, after=moved, seq=0),
             RowChange(ts(4), "db1", "all_types", "update", before=ROW_B, after=changed, seq=1),
-            RowChange(ts(4), "db1", "all_types", "delete", before=ROW_NULLS, seq=2),
+            RowChange(ts(4), "db1", "all_types", "update", before=ROW_NULLS, after=filled, seq=2),
+            RowChange(ts(4), "db1", "all_types", "delete", before=row_d, seq=3),
         ]
         write(sink, info, txn, columnar)
         sink.flush()
-        want = normalize_json(expected(info, moved, changed), 23)
+        want = normalize_json(expected(info, moved, changed, filled), 23)
         assert normalize_json(canonical_rows(downstream, "db1", info), 23) == want
     # A new sink that knows everything up to ts(4) may be a replay writes idempotently.
     with open_sink(downstream, replicating_ts=ts(4)) as sink:

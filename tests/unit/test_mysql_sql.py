@@ -152,8 +152,14 @@ def test_plan_orders_deletes_updates_inserts():
     rows = _rows(("insert", None, (5, 5)), ("update", (2, 2), (2, 3)), ("delete", (1, 1), None),
                  ("update", (3, 3), (3, 4)))
     plan = plan_transaction(info, rows, PlanOptions())
-    assert [s.sql.split(" ")[0] for s in plan] == ["DELETE", "UPDATE", "UPDATE", "INSERT"]
-    assert plan[0].sql == "DELETE FROM `db`.`tb` WHERE `a` = ? LIMIT 1"
+    assert [s.sql for s in plan] == [
+        "DELETE FROM `db`.`tb` WHERE `a` = ? LIMIT 1",
+        "INSERT INTO `db`.`tb` (`a`,`b`) VALUES (?,?),(?,?) ON DUPLICATE KEY UPDATE `a`=VALUES(`a`), `b`=VALUES(`b`)",
+        "INSERT INTO `db`.`tb` (`a`,`b`) VALUES (?,?)",
+    ]
+    assert plan[1].args == (2, 3, 3, 4) and plan[1].rows == 2
+    unbatched = plan_transaction(info, rows, PlanOptions(batch_dml=False))
+    assert [s.sql.split(" ")[0] for s in unbatched] == ["DELETE", "UPDATE", "UPDATE", "INSERT"]
     tidb = plan_transaction(info, rows, PlanOptions(downstream_tidb=True))
     assert [s.sql.split(" ")[0] for s in tidb] == ["DELETE", "UPDATE", "INSERT"] and "CASE WHEN" in tidb[1].sql
 
@@ -208,7 +214,7 @@ def test_delete_multi_rows_two_column_key_and_a_null_key_value():
     assert s.args == (1, 2, 4, None, 6)
 
 
-def test_multi_row_update_only_on_tidb_below_the_row_size_and_in_chunks():
+def test_multi_row_update_on_tidb_below_the_row_size_upsert_elsewhere_in_chunks():
     info = table(["a", "b"], ["a"])
     rows = _rows(*[("update", (i, 0), (i, 1)) for i in range(5)])
     tidb = PlanOptions(downstream_tidb=True, max_multi_update_row=2)
@@ -217,7 +223,11 @@ def test_multi_row_update_only_on_tidb_below_the_row_size_and_in_chunks():
     small_limit = PlanOptions(downstream_tidb=True, max_multi_update_row_size=1)
     assert {s.sql for s in plan_transaction(info, rows, small_limit)} == {
         "UPDATE `db`.`tb` SET `a` = ?, `b` = ? WHERE `a` = ? LIMIT 1"}
-    assert len(plan_transaction(info, rows, PlanOptions())) == 5  # MySQL/MariaDB: always per row
+    # MySQL/MariaDB: the after images upserted, max-txn-row a statement, whatever their size.
+    upserts = plan_transaction(info, rows, PlanOptions(max_txn_row=2, max_multi_update_row_size=1))
+    assert [(s.sql.split(" ")[0], s.rows) for s in upserts] == [("INSERT", 2), ("INSERT", 2), ("INSERT", 1)]
+    assert all(s.sql.endswith(" ON DUPLICATE KEY UPDATE `a`=VALUES(`a`), `b`=VALUES(`b`)") for s in upserts)
+    assert [s.args for s in upserts] == [(0, 1, 1, 1), (2, 1, 3, 1), (4, 1)]
 
 
 def test_ddl_session_statements():

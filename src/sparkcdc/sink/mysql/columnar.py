@@ -36,6 +36,7 @@ from sparkcdc.sink.mysql.sql import (
     quote_name,
     quote_table,
     render,
+    upsert_clause,
     writable_columns,
 )
 
@@ -229,6 +230,7 @@ class ArrowRun:
         self._lock = threading.Lock()
         self.quoted_table = quote_table(info.schema, info.table)
         self.quoted_names = ",".join(quote_name(c.name) for _, c in writable_columns(info))  # of an INSERT
+        self.upsert_clause = upsert_clause(info)
 
     def __len__(self) -> int:
         return len(self.codes)
@@ -294,7 +296,7 @@ class ArrowRun:
 @dataclass(frozen=True)
 class ArrowStatement:
     """One statement over rows of a run; its text is joined from the run's pieces.
-    `kind`: insert, replace, delete (one row, LIMIT 1), deletes, update (one row), updates (TiDB)."""
+    `kind`: insert, replace, upsert, delete (one row, LIMIT 1), deletes, update (one row), updates (TiDB)."""
 
     kind: str
     run: ArrowRun
@@ -306,10 +308,11 @@ class ArrowStatement:
         info = self.run.info
         table = self.run.quoted_table
         kind, positions = self.kind, self.positions
-        if kind in ("insert", "replace"):
+        if kind in ("insert", "replace", "upsert"):
             verb = "REPLACE INTO " if kind == "replace" else "INSERT INTO "
             insert = pieces(connection, "insert")
-            return f"{verb}{table} ({self.run.quoted_names}) VALUES " + ",".join([insert[i] for i in positions])
+            text = f"{verb}{table} ({self.run.quoted_names}) VALUES " + ",".join([insert[i] for i in positions])
+            return text + self.run.upsert_clause if kind == "upsert" else text
         where = pieces(connection, "where")
         if kind == "deletes":
             return f"DELETE FROM {table} WHERE (" + ") OR (".join([where[i] for i in positions]) + ")"
@@ -355,9 +358,13 @@ class ArrowTransaction:
         else:
             statements += [ArrowStatement("delete", run, (row,), 1) for row in deletes]
         if updates:
-            multi = (options.batch_dml and options.downstream_tidb and len(updates) > 1
+            batched = options.batch_dml and len(updates) > 1
+            multi = (batched and options.downstream_tidb
                      and run.text_size(np.array(updates)) / len(updates) < options.max_multi_update_row_size)
-            if multi:
+            if batched and not options.downstream_tidb:
+                statements += [ArrowStatement("upsert", run, tuple(chunk), len(chunk))
+                               for chunk in _chunks(updates, options.max_txn_row)]
+            elif multi:
                 statements += [ArrowStatement("updates", run, tuple(chunk), len(chunk))
                                for chunk in _chunks(updates, options.max_multi_update_row)]
             else:

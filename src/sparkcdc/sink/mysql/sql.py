@@ -8,7 +8,9 @@ A transaction arrives with one change per key, as TiCDC's does: the pipeline red
 binlog's row images to their net effect per key before any sink (pipeline/netting.py). Then,
 as in TiCDC: deletes, then updates, then inserts. Updates that change a PK/UK value are split
 into delete + insert so two updates can never collide on a key (a PK swap); in safe mode and in
-the replay window every update is split and inserts become REPLACE.
+the replay window every update is split and inserts become REPLACE. A transaction's other
+updates go as one statement where batch DML allows: TiDB's CASE-WHEN UPDATE, or elsewhere an
+upsert of the after images (`_plan_updates`).
 """
 
 from __future__ import annotations
@@ -99,8 +101,13 @@ def upsert_sql(info: TableInfo, images: Sequence[Image]) -> Statement:
     """INSERT ... ON DUPLICATE KEY UPDATE `a`=VALUES(`a`), ...: a row with the same key is
     overwritten in place, never deleted (REPLACE deletes it, which runs ON DELETE actions)."""
     insert = insert_sql(info, images)
+    return Statement(insert.sql + upsert_clause(info), insert.args, insert.rows)
+
+
+def upsert_clause(info: TableInfo) -> str:
+    """What makes an INSERT an upsert: ` ON DUPLICATE KEY UPDATE `a`=VALUES(`a`), ...`."""
     updates = ", ".join(f"{quote_name(c.name)}=VALUES({quote_name(c.name)})" for _, c in writable_columns(info))
-    return Statement(f"{insert.sql} ON DUPLICATE KEY UPDATE {updates}", insert.args, insert.rows)
+    return f" ON DUPLICATE KEY UPDATE {updates}"
 
 
 def delete_row_sql(info: TableInfo, before: Image) -> Statement:
@@ -210,9 +217,16 @@ def plan_transaction(
 
 
 def _plan_updates(info: TableInfo, updates: list[tuple[Image, Image]], options: PlanOptions) -> list[Statement]:
+    """TiDB: TiCDC's multi-row CASE-WHEN UPDATE. MySQL/MariaDB, where TiCDC sends one UPDATE a row:
+    a multi-row upsert of the after images. These updates keep every key's value (the others were
+    split), so each row's insert meets its own row on the primary key, which InnoDB checks first,
+    and is overwritten in place: the same rows as the UPDATEs for less than half the downstream's
+    CPU (docs/benchmarks.md, "One upsert for a transaction's updates")."""
     if not updates:
         return []
-    if options.batch_dml and options.downstream_tidb and len(updates) > 1:
+    if options.batch_dml and len(updates) > 1:
+        if not options.downstream_tidb:
+            return [upsert_sql(info, [after for _, after in chunk]) for chunk in _chunks(updates, options.max_txn_row)]
         average = sum(_row_size(after) for _, after in updates) / len(updates)
         if average < options.max_multi_update_row_size:
             return [update_rows_sql(info, chunk) for chunk in _chunks(updates, options.max_multi_update_row)]
